@@ -1,0 +1,40 @@
+"""The `inferno` command: serve, build, models catalog."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage: inferno <command> [options]
+
+commands:
+  serve             serve every engine under engines/ (inferno serve --help lists the settings)
+  build MODEL       build an engine ahead of time (inferno build --help)
+  models catalog    list the models that can be built
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "serve":
+        from orchestrator.config import load_config
+        from orchestrator.server import run
+
+        return run(load_config(rest))
+    if command == "build":
+        from build_scripts.cli import build_command
+
+        return build_command(rest)
+    if command == "models" and rest[:1] == ["catalog"]:
+        from build_scripts.cli import catalog_command
+
+        return catalog_command(rest[1:])
+    print(USAGE, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Every error a user can hit, in one taxonomy, and the one table that maps it to HTTP.
+
+Layers below HTTP raise these (never HTTP status codes); the API layer turns any of them into OpenAI's
+error shape, `{"error": {"message", "type", "param", "code"}}`, both for JSON responses and for the
+error event sent when a stream has already started.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class InfernoError(Exception):
+    """Base class. `message` is shown to the user as is: name the field, the limit and the value given."""
+
+    def __init__(self, message: str, *, param: str | None = None, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.retry_after_s = retry_after_s
+
+
+class InvalidRequest(InfernoError):
+    """Malformed JSON, a wrong type, a value out of range."""
+
+
+class UnsupportedParameter(InvalidRequest):
+    """A valid OpenAI parameter this model's backend cannot honour."""
+
+
+class ContextLengthExceeded(InvalidRequest):
+    """Prompt (plus max_tokens) longer than the engine was built for."""
+
+
+class NotFound(InfernoError):
+    """No such endpoint."""
+
+
+class ModelNotFound(NotFound):
+    """No engine of that name."""
+
+
+class Unauthorized(InfernoError):
+    """Missing or wrong API key."""
+
+
+class QueueFull(InfernoError):
+    """The model's queue is full: try again shortly."""
+
+
+class ModelUnavailable(InfernoError):
+    """The model cannot serve right now: loading failed, no memory to load it, its engine is refused."""
+
+
+class BackendUnavailable(ModelUnavailable):
+    """The backend's runtime is not installed (TensorRT-LLM missing, torch missing)."""
+
+
+class OutOfMemory(ModelUnavailable):
+    """The device has no room for the model or its KV cache."""
+
+
+class WorkerCrashed(ModelUnavailable):
+    """The model's worker process died while the request was in flight."""
+
+
+class EngineError(InfernoError):
+    """The engine failed while running the request."""
+
+
+class ShuttingDown(InfernoError):
+    """The server is draining and takes no new requests."""
+
+
+@dataclass(frozen=True)
+class ErrorKind:
+    status: int
+    type: str
+    code: str | None
+
+
+# The one table. Lookup walks the class's MRO, so subclasses inherit their parent's row unless listed.
+ERROR_TABLE: dict[type[InfernoError], ErrorKind] = {
+    InvalidRequest: ErrorKind(400, "invalid_request_error", None),
+    UnsupportedParameter: ErrorKind(400, "invalid_request_error", "unsupported_parameter"),
+    ContextLengthExceeded: ErrorKind(400, "invalid_request_error", "context_length_exceeded"),
+    Unauthorized: ErrorKind(401, "authentication_error", "invalid_api_key"),
+    NotFound: ErrorKind(404, "invalid_request_error", "not_found"),
+    ModelNotFound: ErrorKind(404, "invalid_request_error", "model_not_found"),
+    QueueFull: ErrorKind(429, "rate_limit_error", "queue_full"),
+    EngineError: ErrorKind(500, "server_error", "engine_error"),
+    ModelUnavailable: ErrorKind(503, "service_unavailable", "model_unavailable"),
+    BackendUnavailable: ErrorKind(503, "service_unavailable", "backend_unavailable"),
+    OutOfMemory: ErrorKind(503, "service_unavailable", "out_of_memory"),
+    WorkerCrashed: ErrorKind(503, "service_unavailable", "worker_crashed"),
+    ShuttingDown: ErrorKind(503, "service_unavailable", "shutting_down"),
+}
+
+_INTERNAL = ErrorKind(500, "server_error", "internal_error")
+
+
+def kind_of(error: BaseException) -> ErrorKind:
+    for cls in type(error).__mro__:
+        if cls in ERROR_TABLE:
+            return ERROR_TABLE[cls]
+    return _INTERNAL
+
+
+def error_body(error: BaseException) -> dict:
+    """OpenAI's error object for any exception; unknown ones are reported without internals."""
+    kind = kind_of(error)
+    if isinstance(error, InfernoError):
+        message, param = error.message, error.param
+    else:
+        message, param = "internal server error", None
+    return {"error": {"message": message, "type": kind.type, "param": param, "code": kind.code}}
+
+
+# Errors cross the worker boundary by name, so the HTTP process re-raises the same class.
+_BY_NAME = {cls.__name__: cls for cls in ERROR_TABLE}
+
+
+def to_wire(error: InfernoError) -> dict:
+    return {"kind": type(error).__name__, "message": error.message}
+
+
+def from_wire(data: dict) -> InfernoError:
+    cls = _BY_NAME.get(data.get("kind", ""), EngineError)
+    return cls(data.get("message", "engine error"))
