@@ -1,0 +1,146 @@
+"""The engine manifest (`engine.json`): what the AOT build promises the server about an engine folder.
+
+The build writes it last, into a complete folder; the server reads it before anything else and refuses
+a folder whose manifest is missing or disagrees with the folder, saying what to rebuild.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+MANIFEST_FILE = "engine.json"
+SCHEMA_VERSION = 1
+Backend = Literal["hf", "trtllm"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelFacts(_Frozen):
+    recipe: str  # catalog entry the engine was built from
+    architecture: str  # e.g. LlamaForCausalLM
+    source: str  # where the weights came from (checkpoint path, wheel)
+    parameters: int = Field(ge=0)
+
+
+class Limits(_Frozen):
+    max_batch_size: int = Field(ge=1)
+    max_input_len: int = Field(ge=1)
+    max_seq_len: int = Field(ge=2)  # prompt + generated tokens
+    max_num_tokens: int = Field(ge=1)  # tokens in one engine step (prefill chunk + decodes)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Limits:
+        if self.max_input_len >= self.max_seq_len:
+            raise ValueError(f"max_input_len {self.max_input_len} must be below max_seq_len {self.max_seq_len}")
+        return self
+
+
+class Parallelism(_Frozen):
+    tp_size: int = Field(1, ge=1)
+    pp_size: int = Field(1, ge=1)
+
+    @property
+    def world_size(self) -> int:
+        return self.tp_size * self.pp_size
+
+
+class TokenizerFacts(_Frozen):
+    eos_token_ids: tuple[int, ...] = Field(min_length=1)  # all of them end a sequence
+    pad_token_id: int
+    bos_token_id: int | None = None
+    has_chat_template: bool
+
+
+class KvCacheFacts(_Frozen):
+    tokens_per_block: int = Field(ge=1)
+    bytes_per_token: int = Field(ge=1)  # K and V, all layers, per sequence token
+    default_budget_bytes: int = Field(ge=1)  # used unless the server assigns another budget
+
+
+class GenerationDefaults(_Frozen):
+    """Sampling used when a request leaves a field out (the model card's recommendation)."""
+
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+
+
+class BuildInfo(_Frozen):
+    fingerprint: str  # digest of every build input: recipe, checkpoint identity, tool versions, target
+    built_at: str  # ISO 8601, UTC
+    duration_s: float = Field(ge=0)
+    tools: dict[str, str]  # versions of what built it: transformers, torch, tensorrt_llm, tensorrt
+    target_arch: str  # "sm90" for a TensorRT engine, "any" for portable hf engines
+    gpu_name: str | None = None
+    compute_capability: str | None = None  # "9.0"
+
+
+class EngineManifest(_Frozen):
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    backend: Backend
+    model: ModelFacts
+    dtype: str
+    quantization: str | None = None
+    limits: Limits
+    parallel: Parallelism = Parallelism()
+    tokenizer: TokenizerFacts
+    kv_cache: KvCacheFacts
+    weights_bytes: int = Field(ge=0)
+    generation_defaults: GenerationDefaults = GenerationDefaults()
+    build: BuildInfo
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+
+class EngineRefused(Exception):
+    """An engine folder the server will not serve, with the reason and how to fix it."""
+
+    def __init__(self, folder: Path, reason: str):
+        self.folder = folder
+        self.reason = reason
+        super().__init__(f"{folder}: {reason} (rebuild with: make build-engine MODEL={folder.name})")
+
+
+# Files each backend needs in the folder beside engine.json.
+def required_files(manifest: EngineManifest) -> list[str]:
+    files = ["tokenizer.json"]
+    if manifest.backend == "hf":
+        files += ["config.json", "model.safetensors"]
+    else:
+        files += ["config.json"] + [f"rank{rank}.engine" for rank in range(manifest.parallel.world_size)]
+    return files
+
+
+def load_manifest(folder: Path) -> EngineManifest:
+    """Read and check a folder's manifest; raise EngineRefused saying what is wrong."""
+    path = folder / MANIFEST_FILE
+    if not path.is_file():
+        raise EngineRefused(folder, f"{MANIFEST_FILE} is missing (an interrupted or foreign build)")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise EngineRefused(folder, f"{MANIFEST_FILE} is unreadable: {exc}") from exc
+    if raw.get("schema_version") != SCHEMA_VERSION:
+        raise EngineRefused(
+            folder, f"{MANIFEST_FILE} has schema_version {raw.get('schema_version')!r}, expected {SCHEMA_VERSION}"
+        )
+    try:
+        manifest = EngineManifest.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise EngineRefused(folder, f"{MANIFEST_FILE} is invalid at {where}: {first['msg']}") from exc
+    if manifest.name != folder.name:
+        raise EngineRefused(folder, f"{MANIFEST_FILE} names the engine {manifest.name!r}, not {folder.name!r}")
+    missing = [name for name in required_files(manifest) if not (folder / name).is_file()]
+    if missing:
+        raise EngineRefused(folder, f"files listed by the {manifest.backend} backend are missing: {', '.join(missing)}")
+    return manifest
