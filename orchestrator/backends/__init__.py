@@ -1,0 +1,38 @@
+"""Backends by name. Each is imported only inside a worker process, and only when selected, so the HTTP
+process never loads torch or TensorRT-LLM and a missing runtime fails that model's load, not the server."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from orchestrator.backends.protocol import Backend, BackendSettings
+from orchestrator.engine.manifest import EngineManifest
+
+_MODULES = {
+    "hf": "orchestrator.backends.hf",
+    "trtllm": "orchestrator.backends.trtllm",
+}
+
+
+def create_backend(settings: BackendSettings) -> Backend:
+    """The backend the engine's manifest names. Raises errors.BackendUnavailable if its runtime is missing."""
+    module = importlib.import_module(_MODULES[settings.manifest.backend])
+    return module.create(settings)
+
+
+@dataclass(frozen=True)
+class Features:
+    """What a backend can honour, so the HTTP layer can refuse the rest with a clear 400 up front."""
+
+    penalties: bool  # presence_penalty / frequency_penalty
+
+
+_FEATURES = {
+    "hf": Features(penalties=False),
+    "trtllm": Features(penalties=True),
+}
+
+
+def features_of(manifest: EngineManifest) -> Features:
+    return _FEATURES[manifest.backend]

@@ -1,0 +1,62 @@
+"""Incremental detokenisation and stop-string matching, run in the worker once per engine step."""
+
+from __future__ import annotations
+
+from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
+
+
+class IncrementalDetokenizer:
+    """Text for each batch of new tokens, exactly once.
+
+    A character split across tokens (a multi-byte UTF-8 sequence, a byte-fallback run) comes out whole
+    with the token that completes it; tokenizers' DecodeStream holds the partial bytes meanwhile.
+    """
+
+    def __init__(self, tokenizer: Tokenizer):
+        self._tokenizer = tokenizer
+        self._stream = DecodeStream(skip_special_tokens=True)
+
+    def push(self, token_ids: list[int]) -> str:
+        if not token_ids:
+            return ""
+        return self._stream.step(self._tokenizer, token_ids) or ""
+
+
+class StopMatcher:
+    """Finds stop strings in streamed text, holding back only what could still become one.
+
+    `push` returns the text that is safe to emit and whether a stop string was hit; the stop string and
+    anything after it are never emitted.
+    """
+
+    def __init__(self, stops: tuple[str, ...]):
+        self._stops = tuple(s for s in stops if s)
+        self._pending = ""
+
+    def push(self, text: str) -> tuple[str, bool]:
+        if not self._stops:
+            return text, False
+        buffer = self._pending + text
+        hits = [i for i in (buffer.find(s) for s in self._stops) if i >= 0]
+        if hits:
+            self._pending = ""
+            return buffer[: min(hits)], True
+        hold = self._partial_suffix(buffer)
+        self._pending = buffer[len(buffer) - hold :] if hold else ""
+        return buffer[: len(buffer) - hold], False
+
+    def flush(self) -> str:
+        """At the end of the sequence, what was held back is plain text."""
+        text, self._pending = self._pending, ""
+        return text
+
+    def _partial_suffix(self, buffer: str) -> int:
+        """Length of the longest end of `buffer` that begins some stop string."""
+        longest = 0
+        for stop in self._stops:
+            for k in range(min(len(stop) - 1, len(buffer)), longest, -1):
+                if buffer.endswith(stop[:k]):
+                    longest = k
+                    break
+        return longest

@@ -1,0 +1,51 @@
+"""Turning a request into prompt token ids, in the HTTP process: chat template, then tokenizer.
+
+The HTTP process tokenises (once per request) so it can refuse an over-long prompt with a 400 before
+the request takes a slot; the per-token work (detokenising, stop strings) happens in the worker.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from orchestrator.errors import InvalidRequest
+from orchestrator.text.chat_template import render_chat
+
+_SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
+
+
+def _token_text(value) -> str | None:
+    if isinstance(value, dict):  # older tokenizer_config.json stores AddedToken dicts
+        return value.get("content")
+    return value
+
+
+class PromptEncoder:
+    """Tokenizer and chat template of one engine folder."""
+
+    def __init__(self, folder: Path):
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        config_path = folder / "tokenizer_config.json"
+        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+        self.special_tokens = {k: t for k in _SPECIAL_KEYS if (t := _token_text(config.get(k))) is not None}
+        template_path = folder / "chat_template.jinja"
+        if template_path.is_file():
+            self.chat_template: str | None = template_path.read_text()
+        else:
+            template = config.get("chat_template")
+            self.chat_template = template if isinstance(template, str) else None
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        if self.chat_template is None:
+            raise InvalidRequest(
+                "this model has no chat template: use /v1/completions with a plain prompt", param="messages"
+            )
+        text = render_chat(self.chat_template, messages, self.special_tokens)
+        # The template already wrote every special token the model expects.
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_text(self, prompt: str) -> list[int]:
+        return self.tokenizer.encode(prompt, add_special_tokens=True).ids

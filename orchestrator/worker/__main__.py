@@ -1,0 +1,5 @@
+import sys
+
+from orchestrator.worker.main import main
+
+sys.exit(main())

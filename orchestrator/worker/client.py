@@ -1,0 +1,204 @@
+"""The HTTP process's handle on one worker process: start it, send it requests, route its step frames to
+the requests they belong to, and notice at once when it dies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta
+from orchestrator.errors import InfernoError, ModelUnavailable, WorkerCrashed, from_wire, to_wire
+from orchestrator.worker.ipc import Channel, ChannelClosed
+from orchestrator.worker.main import WorkerSpec
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[TextDelta], None]
+# Weights come only from engine folders: a worker never reaches for a model hub.
+EXIT_CODE_WAIT_S = 0.5  # after the channel closes, how long to wait for the exit status for the error message
+WORKER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+@dataclass(frozen=True)
+class WorkerReady:
+    pid: int
+    device: str
+    kv_cache_bytes: int
+    kv_blocks: int
+    tokens_per_block: int
+    max_batch_size: int
+    rss_bytes: int
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class WorkerClient:
+    def __init__(self, model: str, spec_for_fd: Callable[[int], WorkerSpec], on_exit: Callable[[str], None]):
+        self.model = model
+        self._spec_for_fd = spec_for_fd
+        self._on_exit = on_exit
+        self._proc: asyncio.subprocess.Process | None = None
+        self._channel: Channel | None = None
+        self._sinks: dict[str, Sink] = {}
+        self._stats_waiters: dict[int, asyncio.Future] = {}
+        self._seq = itertools.count()
+        self._reader: asyncio.Task | None = None
+        self._stopping = False
+        self.alive = False
+        self.ready: WorkerReady | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._sinks)
+
+    async def start(self, timeout_s: float) -> WorkerReady:
+        """Spawn the worker and wait until its engine is loaded; raises ModelUnavailable and its kin."""
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            spec = self._spec_for_fd(child.fileno())
+            self._proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "orchestrator.worker", spec.to_json(),
+                pass_fds=(child.fileno(),), start_new_session=True,  # Ctrl-C reaches the server, which drains
+                env={**os.environ, **WORKER_ENV},
+            )
+        finally:
+            child.close()
+        self._channel = await Channel.open(parent)
+        try:
+            first = await asyncio.wait_for(self._channel.recv(), timeout_s)
+        except (TimeoutError, ChannelClosed) as exc:
+            await self._kill()
+            code = self._proc.returncode
+            reason = f"timed out after {timeout_s:.0f} s" if isinstance(exc, asyncio.TimeoutError) else describe_exit(code)
+            raise ModelUnavailable(f"the worker for model '{self.model}' failed while loading ({reason})") from exc
+        if first["kind"] == "failed":
+            await self._reap()
+            raise from_wire(first["error"])
+        load = first["load"]
+        self.ready = WorkerReady(pid=first["pid"], rss_bytes=first["rss_bytes"], **load)
+        self.alive = True
+        self._reader = asyncio.create_task(self._read_loop(), name=f"worker-reader-{self.model}")
+        return self.ready
+
+    def submit(self, request: EngineRequest, sink: Sink) -> None:
+        if not self.alive:
+            raise WorkerCrashed(f"the worker for model '{self.model}' is gone")
+        self._sinks[request.id] = sink
+        try:
+            self._channel.send({"kind": "submit", "request": request.to_wire()})
+        except ChannelClosed:
+            self._sinks.pop(request.id, None)
+            raise WorkerCrashed(f"the worker for model '{self.model}' is gone") from None
+
+    def cancel(self, request_id: str) -> None:
+        """Stop a request in the engine; no more deltas reach its sink."""
+        if self._sinks.pop(request_id, None) is not None:
+            with contextlib.suppress(ChannelClosed):
+                self._channel.send({"kind": "cancel", "id": request_id})
+
+    async def stats(self, timeout_s: float = 1.0) -> dict | None:
+        """The engine's stats snapshot, or None if the worker does not answer in time."""
+        if self._channel is None or self._stopping:
+            return None
+        seq = next(self._seq)
+        waiter = asyncio.get_running_loop().create_future()
+        self._stats_waiters[seq] = waiter
+        try:
+            self._channel.send({"kind": "stats", "seq": seq})
+            return await asyncio.wait_for(waiter, timeout_s)
+        except (TimeoutError, ChannelClosed):
+            return None
+        finally:
+            self._stats_waiters.pop(seq, None)
+
+    async def stop(self, timeout_s: float) -> int | None:
+        """Ask the worker to exit, kill it after timeout_s; returns its exit code."""
+        self._stopping = True
+        if self._channel is not None:
+            with contextlib.suppress(ChannelClosed):
+                self._channel.send({"kind": "shutdown"})
+        if self._proc is not None:
+            try:
+                await asyncio.wait_for(self._proc.wait(), timeout_s)
+            except TimeoutError:
+                log.warning("worker for %s did not exit in %.0f s: killing it", self.model, timeout_s)
+                await self._kill()
+        if self._reader is not None:
+            await self._reader
+        return self._proc.returncode if self._proc else None
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                message = await self._channel.recv()
+                kind = message["kind"]
+                if kind == "step":
+                    self._dispatch(message["outputs"])
+                elif kind == "stats":
+                    waiter = self._stats_waiters.get(message["seq"])
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(message["stats"])
+        except ChannelClosed:
+            pass
+        self.alive = False
+        self._channel.close()
+        self._on_exit(self.model)  # before anything else: new requests must not reach this worker
+        try:
+            code = await asyncio.wait_for(self._proc.wait(), EXIT_CODE_WAIT_S)
+        except TimeoutError:
+            code = None
+        if not self._stopping:
+            log.error("worker for %s exited unexpectedly (%s)", self.model, describe_exit(code))
+        self._fail_all(
+            WorkerCrashed(
+                f"the worker for model '{self.model}' exited ({describe_exit(code)}) while running this request"
+            )
+        )
+
+    def _dispatch(self, rows: list[list]) -> None:
+        for row in rows:
+            delta = TextDelta.from_wire(row)
+            sink = self._sinks.get(delta.request_id)
+            if sink is None:
+                continue  # cancelled by us; its last words are not needed
+            if delta.finish is not None:
+                del self._sinks[delta.request_id]
+            sink(delta)
+
+    def _fail_all(self, error: InfernoError) -> None:
+        sinks, self._sinks = self._sinks, {}
+        for request_id, sink in sinks.items():
+            sink(TextDelta(request_id, "", 0, FinishReason.ERROR, to_wire(error)))
+
+    async def _kill(self) -> None:
+        if self._proc is not None and self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+            await self._proc.wait()
+
+    async def _reap(self) -> None:
+        try:
+            await asyncio.wait_for(self._proc.wait(), 10)
+        except TimeoutError:
+            await self._kill()

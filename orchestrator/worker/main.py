@@ -1,0 +1,201 @@
+"""A model's worker process: owns one engine, drives its backend, speaks to the HTTP process over IPC.
+
+    python -m orchestrator.worker '<WorkerSpec as JSON>'
+
+Ending this process is how a model is unloaded: its memory (host and device) goes back with it. If the
+HTTP process goes away the channel closes and the worker exits on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import orjson
+import psutil
+from tokenizers import Tokenizer
+
+from orchestrator import aio
+from orchestrator.backends import create_backend
+from orchestrator.backends.protocol import Backend, BackendSettings
+from orchestrator.engine.manifest import load_manifest
+from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta
+from orchestrator.errors import EngineError, InfernoError, OutOfMemory, to_wire
+from orchestrator.worker.ipc import Channel, ChannelClosed
+from orchestrator.worker.outputs import SequenceOutput
+
+log = logging.getLogger("inferno.worker")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    engine_dir: str
+    fd: int
+    kv_cache_bytes: int
+    device: str = "auto"
+    threads: int | None = None
+    capacity_policy: str = "guaranteed_no_evict"
+    log_level: str = "info"
+
+    def to_json(self) -> str:
+        return orjson.dumps(asdict(self)).decode()
+
+
+class _Run:
+    """One request inside the worker."""
+
+    __slots__ = ("cancelled", "output", "request", "task")
+
+    def __init__(self, request: EngineRequest, output: SequenceOutput):
+        self.request = request
+        self.output = output
+        self.cancelled = False
+        self.task: asyncio.Task | None = None
+
+
+class Worker:
+    def __init__(self, channel: Channel, backend: Backend, tokenizer: Tokenizer):
+        self._channel = channel
+        self._backend = backend
+        self._tokenizer = tokenizer
+        self._runs: dict[str, _Run] = {}
+        self._outbox: list[list] = []
+        self._flush_pending = False
+
+    async def serve(self) -> None:
+        """Handle messages until the HTTP process asks to shut down or goes away."""
+        while True:
+            try:
+                message = await self._channel.recv()
+            except ChannelClosed:
+                return
+            kind = message["kind"]
+            if kind == "submit":
+                self._start(EngineRequest.from_wire(message["request"]))
+            elif kind == "cancel":
+                self._cancel(message["id"])
+            elif kind == "stats":
+                stats = asdict(self._backend.stats())
+                self._channel.send({"kind": "stats", "seq": message["seq"], "stats": stats})
+            elif kind == "shutdown":
+                return
+
+    def _start(self, request: EngineRequest) -> None:
+        run = _Run(request, SequenceOutput(request, self._tokenizer))
+        self._runs[request.id] = run
+        run.task = asyncio.create_task(self._drive(run))
+
+    def _cancel(self, request_id: str) -> None:
+        run = self._runs.get(request_id)
+        if run is not None:
+            run.cancelled = True
+            self._backend.cancel(request_id)
+
+    async def _drive(self, run: _Run) -> None:
+        request = run.request
+        try:
+            if run.cancelled:  # cancelled before it reached the engine
+                self._emit(TextDelta(request.id, "", 0, FinishReason.CANCELLED))
+                return
+            async for delta in self._backend.submit(request):
+                text = run.output.on_delta(delta)
+                if text is not None:
+                    self._emit(text)
+                    if run.output.stopped:
+                        self._backend.cancel(request.id)  # a stop string ended it: free the slot now
+        except InfernoError as exc:
+            self._emit(TextDelta(request.id, "", 0, FinishReason.ERROR, to_wire(exc)))
+        except Exception as exc:
+            log.exception("request %s failed in the engine", request.id)
+            self._emit(TextDelta(request.id, "", 0, FinishReason.ERROR, to_wire(EngineError(f"engine error: {exc}"))))
+        finally:
+            self._runs.pop(request.id, None)
+
+    def _emit(self, delta: TextDelta) -> None:
+        """Queue a delta; everything emitted during one engine step leaves in one frame."""
+        self._outbox.append(delta.to_wire())
+        if not self._flush_pending:
+            self._flush_pending = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        rows, self._outbox = self._outbox, []
+        try:
+            self._channel.send({"kind": "step", "outputs": rows})
+        except ChannelClosed:
+            pass
+
+
+def _classify_load_error(exc: Exception) -> InfernoError:
+    if isinstance(exc, InfernoError):
+        return exc
+    text = str(exc)
+    if "out of memory" in text.lower():
+        return OutOfMemory(f"not enough device memory to load this model: {text}")
+    return EngineError(f"loading the engine failed: {type(exc).__name__}: {text}")
+
+
+async def _exit_when_parent_leaves(channel: Channel) -> None:
+    """During the load nobody else reads the channel: a closed channel means the server is gone."""
+    try:
+        await channel.recv()
+    except ChannelClosed:
+        pass
+    os._exit(1)
+
+
+async def main_async(spec: WorkerSpec) -> int:
+    channel = await Channel.open(socket.socket(fileno=spec.fd))
+    watchdog = asyncio.create_task(_exit_when_parent_leaves(channel))
+    folder = Path(spec.engine_dir)
+    try:
+        manifest = load_manifest(folder)
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        backend = create_backend(
+            BackendSettings(
+                engine_dir=folder,
+                manifest=manifest,
+                kv_cache_bytes=spec.kv_cache_bytes,
+                device=spec.device,
+                threads=spec.threads,
+                capacity_policy=spec.capacity_policy,
+            )
+        )
+        report = await backend.start()
+    except Exception as exc:
+        error = _classify_load_error(exc)
+        log.error("%s: %s", folder.name, error.message)
+        channel.send({"kind": "failed", "error": to_wire(error)})
+        await channel.drain()
+        return 1
+    watchdog.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watchdog  # the channel has one reader at a time
+    rss = psutil.Process().memory_info().rss
+    channel.send({"kind": "ready", "load": asdict(report), "rss_bytes": rss, "pid": os.getpid()})
+    try:
+        await Worker(channel, backend, tokenizer).serve()
+    finally:
+        await backend.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec = WorkerSpec(**orjson.loads(argv[0]))
+    name = Path(spec.engine_dir).name
+    logging.basicConfig(
+        level=spec.log_level.upper(), format=f"%(asctime)s %(levelname)s worker[{name}] %(name)s: %(message)s"
+    )
+    return aio.run(main_async(spec))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
