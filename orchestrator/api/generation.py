@@ -1,0 +1,115 @@
+"""One path for every generation request: checked wire request -> scheduler lease -> worker -> SSE or JSON.
+
+Chat and text completions differ only in their wire type and their `Format`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+from aiohttp import web
+
+from orchestrator.api.responses import Format, now
+from orchestrator.api.state import STATE
+from orchestrator.api.wire import _GenerationRequest
+from orchestrator.engine.request import TextDelta
+from orchestrator.errors import InfernoError, error_body, kind_of
+from orchestrator.lifecycle import InferenceRequest, RequestStatus
+
+DONE = b"data: [DONE]\n\n"
+
+
+def sse(payload: dict) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+async def next_deltas(request: InferenceRequest) -> list[TextDelta]:
+    """Everything that arrived for this request: one engine step's worth, usually."""
+    deltas = [await request.events.get()]
+    while not request.events.empty():
+        deltas.append(request.events.get_nowait())
+    return deltas
+
+
+async def serve_generation(
+    http: web.Request, wire: _GenerationRequest, fmt: Format, id_prefix: str
+) -> web.StreamResponse:
+    state = http.app[STATE]
+    engine = state.scheduler.slot_for(wire.model).engine
+    request = wire.to_inference_request(engine, id_prefix)
+    fmt = Format(fmt.object_name, fmt.chunk_name, fmt.chat, f"fp_{engine.manifest.build.fingerprint.split(':')[-1][:12]}")
+    http_status = 200
+    try:
+        async with state.scheduler.lease(request) as worker:
+            for choice in request.choices:
+                worker.submit(choice.engine_request, request.deliver)
+            if request.stream:
+                return await _stream(http, request, fmt, wire.include_usage)
+            return await _collect(request, fmt)
+    except InfernoError as exc:
+        http_status = kind_of(exc).status
+        request.finish(RequestStatus.FINISHED_ERROR)
+        raise
+    except (asyncio.CancelledError, ConnectionResetError):
+        http_status = 499  # the client went away; the lease cancelled its engine requests
+        request.finish(RequestStatus.FINISHED_CANCELLED)
+        raise
+    finally:
+        state.request_metrics.observe(request, http_status)
+
+
+async def _collect(request: InferenceRequest, fmt: Format) -> web.Response:
+    created = now()
+    texts: list[list[str]] = [[] for _ in request.choices]
+    while not request.all_finished:
+        for delta in await next_deltas(request):
+            choice = request.record(delta)
+            if choice.error is not None:
+                raise choice.error
+            texts[choice.index].append(delta.text)
+    request.finish(request.final_status())
+    body = fmt.response(request, ["".join(parts) for parts in texts], created)
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+async def _stream(http: web.Request, request: InferenceRequest, fmt: Format, include_usage: bool) -> web.StreamResponse:
+    """SSE as OpenAI sends it. Headers go out with the first output, so an error before any token is still
+    a plain JSON error with its status; after that, an error is an SSE error event."""
+    created = now()
+    response: web.StreamResponse | None = None
+    while True:
+        deltas = await next_deltas(request)
+        out = bytearray()
+        if response is None:
+            first_error = next((d for d in deltas if d.error is not None), None)
+            if first_error is not None:
+                raise request.record(first_error).error
+            response = await _open_stream(http)
+            for choice in request.choices:
+                out += sse(fmt.chunk(request, created, choice.index, role=True, include_usage=include_usage))
+        for delta in deltas:
+            choice = request.record(delta)
+            if choice.error is not None:
+                request.finish(RequestStatus.FINISHED_ERROR)
+                await response.write(bytes(out) + sse(error_body(choice.error)) + DONE)
+                return response
+            if delta.text or delta.finish is not None:
+                chunk = fmt.chunk(request, created, choice.index, delta.text, delta.finish, include_usage=include_usage)
+                out += sse(chunk)
+        if request.all_finished:
+            request.finish(request.final_status())
+            if include_usage:
+                out += sse(fmt.usage_chunk(request, created))
+            await response.write(bytes(out) + DONE)
+            await response.write_eof()
+            return response
+        await response.write(bytes(out))
+
+
+async def _open_stream(http: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+    await response.prepare(http)
+    return response

@@ -1,0 +1,27 @@
+"""What the aiohttp app holds, under one typed key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from orchestrator.config import ServerConfig
+from orchestrator.metrics.engine_collector import EngineCollector
+from orchestrator.metrics.request_metrics import RequestMetrics
+from orchestrator.scheduler.registry import Catalogue
+from orchestrator.scheduler.scheduler import Scheduler
+
+
+@dataclass
+class AppState:
+    config: ServerConfig
+    catalogue: Catalogue
+    scheduler: Scheduler
+    registry: CollectorRegistry
+    request_metrics: RequestMetrics
+    engine_collector: EngineCollector
+
+
+STATE = web.AppKey("inferno_state", AppState)

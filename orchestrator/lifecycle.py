@@ -1,0 +1,105 @@
+"""One object owns a request's whole life in the HTTP process: status, timestamps, choices and the queue its
+engine output arrives on."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta
+from orchestrator.errors import InfernoError, from_wire
+
+
+class RequestStatus(IntEnum):
+    """Ordered: everything from FINISHED_STOPPED on is finished."""
+
+    WAITING = 0  # admitted, waiting for a running slot (or for its model to load)
+    RUNNING = 1  # in the engine
+    FINISHED_STOPPED = 2
+    FINISHED_LENGTH = 3
+    FINISHED_CANCELLED = 4  # the client went away
+    FINISHED_ERROR = 5
+
+    @property
+    def finished(self) -> bool:
+        return self >= RequestStatus.FINISHED_STOPPED
+
+
+@dataclass
+class Choice:
+    index: int
+    engine_request: EngineRequest
+    completion_tokens: int = 0
+    finish: FinishReason | None = None
+    error: InfernoError | None = None
+
+
+@dataclass
+class InferenceRequest:
+    id: str
+    model: str
+    prompt_tokens: int
+    choices: list[Choice]
+    stream: bool
+    arrived: float = field(default_factory=time.monotonic)
+    started: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
+    finished: float | None = None
+    status: RequestStatus = RequestStatus.WAITING
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    _by_engine_id: dict[str, Choice] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._by_engine_id = {choice.engine_request.id: choice for choice in self.choices}
+
+    # -- engine side -------------------------------------------------------------------------------------
+    def deliver(self, delta: TextDelta) -> None:
+        """The worker client's sink: called once per engine step that produced output for this request."""
+        self.events.put_nowait(delta)
+
+    def start(self) -> None:
+        self.status = RequestStatus.RUNNING
+        self.started = time.monotonic()
+
+    def record(self, delta: TextDelta) -> Choice:
+        """Account for one delta taken off `events`; returns the choice it belongs to."""
+        choice = self._by_engine_id[delta.request_id]
+        if delta.num_tokens:
+            now = time.monotonic()
+            if self.first_token is None:
+                self.first_token = now
+            self.last_token = now
+            choice.completion_tokens += delta.num_tokens
+        if delta.finish is not None:
+            choice.finish = delta.finish
+            if delta.error is not None:
+                choice.error = from_wire(delta.error)
+        return choice
+
+    @property
+    def all_finished(self) -> bool:
+        return all(choice.finish is not None for choice in self.choices)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(choice.completion_tokens for choice in self.choices)
+
+    def unfinished_engine_ids(self) -> list[str]:
+        return [c.engine_request.id for c in self.choices if c.finish is None]
+
+    def finish(self, status: RequestStatus) -> None:
+        if not self.status.finished:
+            self.status = status
+            self.finished = time.monotonic()
+
+    def final_status(self) -> RequestStatus:
+        """The status its choices add up to, once all are finished."""
+        reasons = {choice.finish for choice in self.choices}
+        if FinishReason.ERROR in reasons:
+            return RequestStatus.FINISHED_ERROR
+        if reasons == {FinishReason.LENGTH}:
+            return RequestStatus.FINISHED_LENGTH
+        return RequestStatus.FINISHED_STOPPED

@@ -1,0 +1,61 @@
+"""Running the server: listen, load the models, say "ready", and on SIGINT/SIGTERM drain and stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from aiohttp import web
+
+from orchestrator import aio
+from orchestrator.api.app import build_app
+from orchestrator.api.state import STATE
+from orchestrator.config import ServerConfig
+from orchestrator.scheduler.registry import discover
+
+log = logging.getLogger("inferno")
+
+
+async def serve(config: ServerConfig) -> int:
+    catalogue = discover(config.engines_dir, config.models)
+    if not catalogue.engines:
+        problems = "; ".join(str(e) for e in catalogue.refused.values()) or f"no engine folders in {config.engines_dir}"
+        log.error("nothing to serve: %s. Build one with: make build-engine MODEL=smollm2-135m", problems)
+        return 2
+    app = build_app(config, catalogue)
+    runner = web.AppRunner(
+        app,
+        handler_cancellation=True,  # a client that goes away cancels its handler, and so its engine requests
+        access_log=log if config.log_level == "debug" else None,
+        shutdown_timeout=config.drain_timeout_s,
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    log.info("listening on http://%s:%d, loading %d model(s)", host, port, len(catalogue.engines))
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    scheduler = app[STATE].scheduler
+    loading = asyncio.create_task(scheduler.start())
+    await asyncio.wait([loading, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    if loading.done():
+        states = ", ".join(f"{n} ({s.engine.manifest.backend}, {s.state.value})" for n, s in scheduler.slots.items())
+        print(f"Inferno ready: http://{host}:{port}/v1 serving {states}", flush=True)
+        await stop.wait()
+    log.info("shutting down: draining requests for up to %.0f s", config.drain_timeout_s)
+    loading.cancel()
+    await runner.cleanup()
+    return 0
+
+
+def run(config: ServerConfig) -> int:
+    logging.basicConfig(
+        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    return aio.run(serve(config))
