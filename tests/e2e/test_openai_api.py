@@ -1,0 +1,377 @@
+"""The OpenAI contract, through the official `openai` client, against the real server and the real model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+
+from tests.conftest import DEFAULT_MODEL, metric, wait_for
+
+pytestmark = pytest.mark.e2e
+
+CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=120)
+
+
+def post_raw(server, path: str, body: bytes) -> tuple[int, dict, dict]:
+    request = urllib.request.Request(f"{server.base_url}{path}", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, dict(response.headers), json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), json.loads(exc.read())
+
+
+# -- happy paths ----------------------------------------------------------------------------------------------
+def test_chat_answers_the_capital_of_france(client):
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=CAPITAL, temperature=0)
+    choice = reply.choices[0]
+    assert "Paris" in choice.message.content
+    assert choice.message.role == "assistant"
+    assert choice.finish_reason == "stop"
+    assert reply.object == "chat.completion"
+    assert reply.model == DEFAULT_MODEL
+    assert reply.id.startswith("chatcmpl-")
+    assert reply.usage.prompt_tokens > 5
+    assert reply.usage.completion_tokens > 0
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+
+
+def test_text_completion(client):
+    reply = client.completions.create(model=DEFAULT_MODEL, prompt="The capital of France is", max_tokens=5, temperature=0)
+    assert reply.object == "text_completion"
+    assert "Paris" in reply.choices[0].text
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == 5
+
+
+def test_chat_stream_has_role_first_then_content_then_finish(client):
+    stream = client.chat.completions.create(model=DEFAULT_MODEL, messages=CAPITAL, temperature=0, stream=True)
+    chunks = list(stream)
+    first, last = chunks[0], chunks[-1]
+    assert first.choices[0].delta.role == "assistant"
+    assert last.choices[0].finish_reason == "stop"
+    assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert "Paris" in text
+    assert all(c.usage is None for c in chunks)  # no usage unless asked for
+
+
+def test_stream_equals_non_stream_for_greedy(client):
+    whole = client.chat.completions.create(model=DEFAULT_MODEL, messages=CAPITAL, temperature=0, max_tokens=24)
+    stream = client.chat.completions.create(
+        model=DEFAULT_MODEL, messages=CAPITAL, temperature=0, max_tokens=24, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream) == whole.choices[0].message.content
+
+
+def test_include_usage_adds_a_final_usage_chunk(client):
+    stream = client.chat.completions.create(
+        model=DEFAULT_MODEL, messages=CAPITAL, temperature=0, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    assert chunks[-1].choices == []
+    usage = chunks[-1].usage
+    generated = sum(1 for c in chunks if c.choices and c.choices[0].delta.content)
+    assert usage.completion_tokens >= generated > 0
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_completion_stream(client):
+    stream = client.completions.create(
+        model=DEFAULT_MODEL, prompt="The capital of France is", max_tokens=6, temperature=0, stream=True
+    )
+    chunks = list(stream)
+    assert "Paris" in "".join(c.choices[0].text for c in chunks)
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_list_models(client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == [DEFAULT_MODEL]
+    assert client.models.retrieve(DEFAULT_MODEL).id == DEFAULT_MODEL
+
+
+def test_health_and_ready(server):
+    for path in ("/health", "/ready"):
+        with urllib.request.urlopen(f"{server.base_url}{path}", timeout=10) as response:
+            assert response.status == 200
+    with urllib.request.urlopen(f"{server.base_url}/ready", timeout=10) as response:
+        assert json.loads(response.read())["models"] == {DEFAULT_MODEL: "ready"}
+
+
+# -- parameters -----------------------------------------------------------------------------------------------
+def test_max_tokens_gives_finish_reason_length(client):
+    reply = client.chat.completions.create(
+        model=DEFAULT_MODEL, messages=[{"role": "user", "content": "Tell me a long story."}], max_tokens=3
+    )
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == 3
+
+
+def test_max_completion_tokens_is_honoured(client):
+    reply = client.chat.completions.create(
+        model=DEFAULT_MODEL, messages=[{"role": "user", "content": "Tell me a long story."}], max_completion_tokens=4
+    )
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == 4
+
+
+COUNT = [{"role": "user", "content": "Count from 1 to 10, one number per line."}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_string_ends_output_and_is_not_included(client, stream):
+    unstopped = client.chat.completions.create(model=DEFAULT_MODEL, messages=COUNT, temperature=0, max_tokens=60)
+    full = unstopped.choices[0].message.content
+    assert "4" in full, full
+    kwargs = dict(model=DEFAULT_MODEL, messages=COUNT, temperature=0, max_tokens=60, stop=["4"])
+    if stream:
+        chunks = list(client.chat.completions.create(stream=True, **kwargs))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks)
+        finish = chunks[-1].choices[0].finish_reason
+    else:
+        reply = client.chat.completions.create(**kwargs)
+        text, finish = reply.choices[0].message.content, reply.choices[0].finish_reason
+    assert finish == "stop"
+    assert "4" not in text
+    assert text == full[: full.index("4")]
+
+
+def test_stop_as_a_single_string(client):
+    reply = client.completions.create(
+        model=DEFAULT_MODEL, prompt="1, 2, 3, 4, 5, 6,", max_tokens=20, temperature=0, stop=" 9"
+    )
+    assert " 9" not in reply.choices[0].text
+    assert reply.choices[0].finish_reason == "stop"
+
+
+def test_n_choices_carry_their_index(client):
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=CAPITAL, n=2, temperature=1.0, max_tokens=12)
+    assert [c.index for c in reply.choices] == [0, 1]
+    assert all(c.message.content for c in reply.choices)
+
+
+def test_n_choices_when_streaming(client):
+    stream = client.chat.completions.create(
+        model=DEFAULT_MODEL, messages=CAPITAL, n=2, max_tokens=8, stream=True, stream_options={"include_usage": True}
+    )
+    texts = {0: "", 1: ""}
+    finishes = {}
+    roles = set()
+    for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            if choice.delta.role:
+                roles.add(choice.index)
+            if choice.finish_reason:
+                finishes[choice.index] = choice.finish_reason
+        if chunk.usage:
+            usage = chunk.usage
+    assert roles == {0, 1}
+    assert set(finishes) == {0, 1}
+    assert all(texts.values())
+    assert usage.completion_tokens >= 2
+
+
+def _sampled(client, seed, **extra):
+    reply = client.chat.completions.create(
+        model=DEFAULT_MODEL,
+        messages=[{"role": "user", "content": "Invent a name for a pet dragon."}],
+        temperature=1.0,
+        max_tokens=16,
+        seed=seed,
+        **extra,
+    )
+    return [c.message.content for c in reply.choices]
+
+
+def test_same_seed_same_output(client):
+    assert _sampled(client, 1234) == _sampled(client, 1234)
+
+
+def test_different_seeds_differ(client):
+    outputs = {tuple(_sampled(client, seed)) for seed in (1, 2, 3, 4)}
+    assert len(outputs) > 1
+
+
+def test_seeded_output_does_not_depend_on_other_requests(server, client):
+    alone = _sampled(client, 99)
+
+    async def together():
+        async_client = openai.AsyncOpenAI(base_url=server.api, api_key="unused", max_retries=0)
+        noise = [
+            async_client.chat.completions.create(
+                model=DEFAULT_MODEL, messages=CAPITAL, temperature=1.0, max_tokens=16
+            )
+            for _ in range(3)
+        ]
+        target = async_client.chat.completions.create(
+            model=DEFAULT_MODEL,
+            messages=[{"role": "user", "content": "Invent a name for a pet dragon."}],
+            temperature=1.0,
+            max_tokens=16,
+            seed=99,
+        )
+        results = await asyncio.gather(target, *noise)
+        return [c.message.content for c in results[0].choices]
+
+    assert asyncio.run(together()) == alone
+
+
+def test_seeded_choices_differ_from_each_other(client):
+    first, second = _sampled(client, 7, n=2)
+    assert first != second
+
+
+def test_user_field_is_accepted(client):
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=CAPITAL, max_tokens=2, user="alice")
+    assert reply.choices[0].message.content
+
+
+def test_sixteen_concurrent_streams_all_complete(server):
+    async def one(client):
+        stream = await client.chat.completions.create(
+            model=DEFAULT_MODEL, messages=CAPITAL, temperature=0, max_tokens=32, stream=True
+        )
+        text, finish = "", None
+        async for chunk in stream:
+            text += chunk.choices[0].delta.content or ""
+            finish = chunk.choices[0].finish_reason or finish
+        return text, finish
+
+    async def burst():
+        client = openai.AsyncOpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=120)
+        return await asyncio.gather(*(one(client) for _ in range(16)))
+
+    results = asyncio.run(burst())
+    assert len(results) == 16
+    assert all(finish == "stop" for _, finish in results)
+    assert all("Paris" in text for text, _ in results)
+    assert len({text for text, _ in results}) == 1  # same prompt, greedy: the same answer in one batch
+
+
+# -- errors ---------------------------------------------------------------------------------------------------
+def test_malformed_json_is_a_400(server):
+    status, _, body = post_raw(server, "/v1/chat/completions", b'{"model": ')
+    assert status == 400
+    assert body["error"]["type"] == "invalid_request_error"
+    assert "JSON" in body["error"]["message"]
+
+
+def test_wrong_type_is_a_400_naming_the_field(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=DEFAULT_MODEL, messages=CAPITAL, max_tokens="ten")
+    error = caught.value.body
+    assert error["param"] == "max_tokens"
+    assert "max_tokens" in error["message"]
+
+
+def test_bad_message_field_is_named(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=DEFAULT_MODEL, messages=[{"role": "robot", "content": "hi"}])
+    assert caught.value.body["param"] == "messages[0].role"
+
+
+def test_unknown_argument_is_named(server):
+    body = {"model": DEFAULT_MODEL, "messages": CAPITAL, "max_tokenz": 3}
+    status, _, reply = post_raw(server, "/v1/chat/completions", json.dumps(body).encode())
+    assert status == 400
+    assert "max_tokenz" in reply["error"]["message"]
+
+
+def test_unknown_model_is_a_404(client):
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.chat.completions.create(model="no-such-model", messages=CAPITAL)
+    assert caught.value.body["code"] == "model_not_found"
+    assert "no-such-model" in caught.value.body["message"]
+
+
+def test_prompt_too_long_says_both_numbers(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model=DEFAULT_MODEL, prompt="hello " * 7000, max_tokens=1)
+    error = caught.value.body
+    assert error["code"] == "context_length_exceeded"
+    assert "6144" in error["message"] and "7001" in error["message"]
+
+
+def test_max_tokens_beyond_the_engine_is_a_400(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=DEFAULT_MODEL, messages=CAPITAL, max_tokens=9000)
+    error = caught.value.body
+    assert error["code"] == "context_length_exceeded"
+    assert error["param"] == "max_tokens"
+    assert "9000" in error["message"] and "8192" in error["message"]
+
+
+def test_penalties_are_refused_clearly_by_the_hf_backend(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=DEFAULT_MODEL, messages=CAPITAL, presence_penalty=0.5)
+    assert caught.value.body["code"] == "unsupported_parameter"
+    assert "hf" in caught.value.body["message"]
+
+
+def test_unknown_route_is_openai_shaped(server):
+    try:
+        urllib.request.urlopen(f"{server.base_url}/v1/nope", timeout=10)
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 404
+        assert json.loads(exc.read())["error"]["code"] == "not_found"
+    else:
+        pytest.fail("expected a 404")
+
+
+# -- cancellation ---------------------------------------------------------------------------------------------
+def _idle(server) -> bool:
+    return (
+        metric(server.base_url, "inferno_requests_running", model=DEFAULT_MODEL) == 0
+        and metric(server.base_url, "inferno_engine_requests_running", model=DEFAULT_MODEL) == 0
+        and metric(server.base_url, "inferno_engine_requests_waiting", model=DEFAULT_MODEL) == 0
+    )
+
+
+def _cancelled(server) -> float:
+    labels = dict(model=DEFAULT_MODEL, status_class="4xx", finish_reason="cancelled")
+    return metric(server.base_url, "inferno_requests_total", **labels)
+
+
+def test_closing_a_stream_cancels_the_request_in_the_engine(server, client):
+    wait_for(lambda: _idle(server), what="an idle server")
+    before = _cancelled(server)
+    stream = client.chat.completions.create(
+        model=DEFAULT_MODEL,
+        messages=[{"role": "user", "content": "Write a very long story about a dragon."}],
+        max_tokens=4000,
+        stream=True,
+    )
+    for received, _ in enumerate(stream):
+        if received == 3:
+            break
+    assert metric(server.base_url, "inferno_engine_requests_running", model=DEFAULT_MODEL) == 1
+    stream.close()
+    wait_for(lambda: _cancelled(server) == before + 1, what="the request to be recorded as cancelled")
+    wait_for(lambda: _idle(server), timeout=10, what="the engine to drop the request")
+
+
+def test_a_non_streaming_client_that_times_out_is_cancelled(server):
+    wait_for(lambda: _idle(server), what="an idle server")
+    before = _cancelled(server)
+    impatient = openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=1.5)
+    with pytest.raises(openai.APITimeoutError):
+        impatient.chat.completions.create(
+            model=DEFAULT_MODEL,
+            messages=[{"role": "user", "content": "Write a very long story about a dragon."}],
+            max_tokens=4000,
+        )
+    wait_for(lambda: _cancelled(server) == before + 1, what="the request to be recorded as cancelled")
+    wait_for(lambda: _idle(server), timeout=10, what="the engine to drop the request")

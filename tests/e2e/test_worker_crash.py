@@ -1,0 +1,67 @@
+"""A worker that dies fails its own requests at once, with a clear error, and the model comes back."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+
+import openai
+import psutil
+import pytest
+
+from tests.conftest import DEFAULT_MODEL, metric, wait_for
+
+pytestmark = pytest.mark.e2e
+
+STORY = [{"role": "user", "content": "Write a very long story about a dragon."}]
+
+
+def worker_pids(server) -> list[int]:
+    children = psutil.Process(server.process.pid).children()
+    return [c.pid for c in children if "orchestrator.worker" in " ".join(c.cmdline())]
+
+
+def test_killed_worker_fails_its_stream_with_an_error_event_then_reloads(server):
+    client = openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=60)
+    [pid] = worker_pids(server)
+    stream = client.chat.completions.create(model=DEFAULT_MODEL, messages=STORY, max_tokens=4000, stream=True)
+    received = 0
+    with pytest.raises(openai.APIError) as caught:
+        for _ in stream:
+            received += 1
+            if received == 3:
+                killed_at = time.monotonic()
+                os.kill(pid, signal.SIGKILL)
+    failed_after = time.monotonic() - killed_at
+    assert failed_after < 1.0, f"the stream failed {failed_after:.2f} s after the worker died"
+    assert "exited" in str(caught.value) and "SIGKILL" in str(caught.value)
+    wait_for(lambda: metric(server.base_url, "inferno_requests_running", model=DEFAULT_MODEL) == 0)
+
+    reply = client.chat.completions.create(
+        model=DEFAULT_MODEL, messages=[{"role": "user", "content": "What is the capital of France?"}], temperature=0
+    )
+    assert "Paris" in reply.choices[0].message.content
+    [new_pid] = worker_pids(server)
+    assert new_pid != pid
+
+
+def model_states(server) -> dict:
+    try:
+        with urllib.request.urlopen(f"{server.base_url}/ready", timeout=5) as response:
+            return json.loads(response.read())["models"]
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read())["models"]
+
+
+def test_an_idle_worker_that_dies_is_noticed_and_the_next_request_reloads_it(server):
+    client = openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=60)
+    [pid] = worker_pids(server)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: model_states(server)[DEFAULT_MODEL] == "failed", timeout=5, what="the crash to be noticed")
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=STORY, max_tokens=4)
+    assert reply.choices[0].finish_reason == "length"
+    assert model_states(server)[DEFAULT_MODEL] == "ready"

@@ -1,0 +1,84 @@
+"""Framing of the HTTP-process <-> worker channel."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from orchestrator.worker.ipc import HEADER, Channel, ChannelClosed, FrameTooLarge, encode_frame, read_frame
+
+
+def reader_with(data: bytes, eof: bool = True) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    if eof:
+        reader.feed_eof()
+    return reader
+
+
+def test_frames_round_trip_in_order():
+    async def go():
+        messages = [{"kind": "step", "outputs": [["r.0", "héllo 🎉", 2, None, None]]}, {"kind": "stats", "seq": 7}]
+        reader = reader_with(b"".join(encode_frame(m) for m in messages))
+        return [await read_frame(reader) for _ in messages]
+
+    assert asyncio.run(go()) == [
+        {"kind": "step", "outputs": [["r.0", "héllo 🎉", 2, None, None]]},
+        {"kind": "stats", "seq": 7},
+    ]
+
+
+def test_a_frame_arriving_in_pieces_is_reassembled():
+    async def go():
+        frame = encode_frame({"kind": "submit", "request": {"prompt_ids": list(range(1000))}})
+        reader = asyncio.StreamReader()
+        task = asyncio.create_task(read_frame(reader))
+        for i in range(0, len(frame), 7):
+            reader.feed_data(frame[i : i + 7])
+            await asyncio.sleep(0)
+        return await task
+
+    assert asyncio.run(go())["request"]["prompt_ids"][-1] == 999
+
+
+def test_end_of_stream_mid_frame_is_channel_closed():
+    async def go():
+        frame = encode_frame({"kind": "step", "outputs": []})
+        await read_frame(reader_with(frame[:-2]))
+
+    with pytest.raises(ChannelClosed):
+        asyncio.run(go())
+
+
+def test_clean_end_of_stream_is_channel_closed():
+    async def go():
+        await read_frame(reader_with(b""))
+
+    with pytest.raises(ChannelClosed):
+        asyncio.run(go())
+
+
+def test_oversized_incoming_frame_is_refused():
+    async def go():
+        await read_frame(reader_with(HEADER.pack(2**31) + b"x"))
+
+    with pytest.raises(FrameTooLarge):
+        asyncio.run(go())
+
+
+def test_channel_over_a_socket_pair():
+    async def go():
+        left, right = socket.socketpair()
+        a, b = await Channel.open(left), await Channel.open(right)
+        a.send({"kind": "submit", "n": 1})
+        a.send({"kind": "cancel", "n": 2})
+        first, second = await b.recv(), await b.recv()
+        a.close()
+        with pytest.raises(ChannelClosed):
+            await b.recv()
+        b.close()
+        return first, second
+
+    assert asyncio.run(go()) == ({"kind": "submit", "n": 1}, {"kind": "cancel", "n": 2})

@@ -1,0 +1,131 @@
+"""Wire validation and the one conversion into engine requests, on the real SmolLM2 engine folder."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest, field_path
+from orchestrator.engine.request import EngineRequest
+from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
+from orchestrator.scheduler.registry import discover
+
+MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def engine(default_engine):
+    return discover(default_engine.parent, (default_engine.name,)).engines[default_engine.name]
+
+
+def chat(**fields) -> ChatCompletionRequest:
+    return ChatCompletionRequest.model_validate({"model": "smollm2-135m", "messages": MESSAGES, **fields})
+
+
+def test_chat_prompt_uses_the_models_template(engine):
+    request = chat().to_inference_request(engine, "chatcmpl")
+    prompt = engine.prompts.tokenizer.decode(list(request.choices[0].engine_request.prompt_ids), skip_special_tokens=False)
+    assert prompt.startswith("<|im_start|>system\n")
+    assert prompt.endswith("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
+    assert request.prompt_tokens == len(request.choices[0].engine_request.prompt_ids)
+
+
+def test_text_parts_are_joined(engine):
+    parts = [{"role": "user", "content": [{"type": "text", "text": "What is the capital"}, {"type": "text", "text": " of France?"}]}]
+    a = chat(messages=parts).to_inference_request(engine, "x").choices[0].engine_request.prompt_ids
+    b = chat().to_inference_request(engine, "x").choices[0].engine_request.prompt_ids
+    assert a == b
+
+
+def test_defaults_come_from_the_manifest(engine):
+    sampling = chat().to_inference_request(engine, "x").choices[0].engine_request.sampling
+    defaults = engine.manifest.generation_defaults
+    assert (sampling.temperature, sampling.top_p) == (defaults.temperature, defaults.top_p)
+
+
+def test_max_tokens_default_fills_the_sequence(engine):
+    request = chat().to_inference_request(engine, "x")
+    engine_request = request.choices[0].engine_request
+    assert engine_request.max_new_tokens + request.prompt_tokens == engine.manifest.limits.max_seq_len
+
+
+def test_max_completion_tokens_wins_over_max_tokens(engine):
+    request = chat(max_tokens=50, max_completion_tokens=7).to_inference_request(engine, "x")
+    assert request.choices[0].engine_request.max_new_tokens == 7
+
+
+def test_n_choices_share_the_prompt_and_get_distinct_ids_and_seeds(engine):
+    request = chat(n=3, seed=5, stop="\n").to_inference_request(engine, "x")
+    engine_requests = [c.engine_request for c in request.choices]
+    assert len({r.id for r in engine_requests}) == 3
+    assert len({r.prompt_ids for r in engine_requests}) == 1
+    assert len({r.sampling.seed for r in engine_requests}) == 3
+    assert all(r.stop == ("\n",) for r in engine_requests)
+
+
+def test_a_given_seed_gives_the_same_sampling_seeds(engine):
+    first = chat(seed=42, n=2).to_inference_request(engine, "x")
+    second = chat(seed=42, n=2).to_inference_request(engine, "x")
+    assert [c.engine_request.sampling.seed for c in first.choices] == [c.engine_request.sampling.seed for c in second.choices]
+
+
+def test_engine_request_survives_the_wire(engine):
+    original = chat(seed=1, stop=["a", "b"]).to_inference_request(engine, "x").choices[0].engine_request
+    assert EngineRequest.from_wire(original.to_wire()) == original
+
+
+def test_prompt_too_long(engine):
+    with pytest.raises(ContextLengthExceeded, match="6144 tokens, but the prompt has 7001"):
+        CompletionRequest(model="m", prompt="hello " * 7000).to_inference_request(engine, "x")
+
+
+def test_max_tokens_too_large(engine):
+    with pytest.raises(ContextLengthExceeded) as caught:
+        chat(max_tokens=9000).to_inference_request(engine, "x")
+    assert caught.value.param == "max_tokens"
+
+
+def test_token_id_prompts_are_checked(engine):
+    request = CompletionRequest(model="m", prompt=[1, 2, 3]).to_inference_request(engine, "x")
+    assert request.choices[0].engine_request.prompt_ids == (1, 2, 3)
+    with pytest.raises(InvalidRequest, match="token ids"):
+        CompletionRequest(model="m", prompt=[10**9]).to_inference_request(engine, "x")
+
+
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"presence_penalty": 1.0}, "presence_penalty"),
+        ({"frequency_penalty": 1.0}, "frequency_penalty"),
+        ({"logprobs": True}, "logprobs"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ],
+)
+def test_what_the_backend_cannot_do_is_refused(engine, fields, param):
+    with pytest.raises(UnsupportedParameter) as caught:
+        chat(**fields).to_inference_request(engine, "x")
+    assert caught.value.param == param
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"temperature": 3},
+        {"top_p": 0},
+        {"n": 0},
+        {"n": 17},
+        {"max_tokens": 0},
+        {"stop": [""]},
+        {"stop": ["s"] * 17},
+        {"messages": []},
+        {"unknown": 1},
+    ],
+)
+def test_out_of_range_values_are_rejected(fields):
+    with pytest.raises(ValidationError):
+        chat(**fields)
+
+
+def test_field_path_leaves_out_union_tags():
+    assert field_path(("messages", 0, "content", "str")) == "messages[0].content"
+    assert field_path(("stop", "list[str]", 3)) == "stop[3]"
