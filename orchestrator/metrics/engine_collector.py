@@ -38,11 +38,11 @@ class EngineCollector(Collector):
         state = GaugeMetricFamily(
             "inferno_model_state", "1 for the model's current state, 0 for the others.", labels=["model", "state"]
         )
-        for name, slot in self._scheduler.slots.items():
-            running.add_metric([name], slot.running - _waiting_to_run(slot))
-            waiting.add_metric([name], slot.queued + _waiting_to_run(slot))
+        for model in self._scheduler.snapshot():
+            running.add_metric([model.name], model.running)
+            waiting.add_metric([model.name], model.queued)
             for candidate in ModelState:
-                state.add_metric([name, candidate.value], 1.0 if slot.state is candidate else 0.0)
+                state.add_metric([model.name, candidate.value], 1.0 if model.state == candidate.value else 0.0)
         yield running
         yield waiting
         yield state
@@ -77,8 +77,3 @@ class EngineCollector(Collector):
             per_block.add_metric([name], stats["tokens_per_block"])
             iterations.add_metric([name], stats["iterations"])
         yield from (engine_running, engine_waiting, blocks, usage, per_block, iterations)
-
-
-def _waiting_to_run(slot) -> int:
-    """Requests holding a running slot while their model loads count as waiting, not running."""
-    return slot.running if slot.state is not ModelState.READY else 0

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from orchestrator.config import ServerConfig
 from orchestrator.errors import InfernoError, ModelNotFound, ModelUnavailable, QueueFull, ShuttingDown
 from orchestrator.lifecycle import InferenceRequest
+from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot, NoEvents, SchedulerEvents
 from orchestrator.scheduler.registry import Catalogue
 from orchestrator.scheduler.slots import ModelSlot, ModelState, Waiter
 from orchestrator.worker.client import WorkerClient
@@ -30,9 +31,10 @@ log = logging.getLogger(__name__)
 
 
 class Scheduler:
-    def __init__(self, config: ServerConfig, catalogue: Catalogue):
+    def __init__(self, config: ServerConfig, catalogue: Catalogue, events: SchedulerEvents | None = None):
         self._config = config
         self._catalogue = catalogue
+        self._events = events or NoEvents()
         self.slots: dict[str, ModelSlot] = {
             name: ModelSlot(
                 engine=engine,
@@ -73,6 +75,12 @@ class Scheduler:
         except TimeoutError:
             log.warning("drain timed out after %.0f s: cancelling what is still running", drain_timeout_s)
         await asyncio.gather(*(self._unload(slot) for slot in self.slots.values()))
+
+    def snapshot(self) -> list[ModelSnapshot]:
+        return [slot.snapshot() for slot in self.slots.values()]
+
+    def device_memory(self) -> list[DeviceMemory]:
+        return []
 
     # -- the request path ---------------------------------------------------------------------------------
     def slot_for(self, model: str) -> ModelSlot:
@@ -182,6 +190,8 @@ class Scheduler:
             raise ModelUnavailable(f"model '{slot.name}' failed to load: {exc.message}") from exc
         slot.worker, slot.state, slot.last_error = worker, ModelState.READY, None
         slot.loads += 1
+        slot.memory_bytes = ready.rss_bytes
+        self._events.model_loaded(slot.name, time.monotonic() - started)
         log.info(
             "model %s loaded in %.2f s on %s (pid %d, KV cache %d blocks)",
             slot.name, time.monotonic() - started, ready.device, ready.pid, ready.kv_blocks,
@@ -193,10 +203,13 @@ class Scheduler:
             return
         slot.state = ModelState.UNLOADING
         await worker.stop(self._config.worker.stop_timeout_s)
-        slot.worker, slot.state = None, ModelState.UNLOADED
+        slot.worker, slot.state, slot.memory_bytes = None, ModelState.UNLOADED, 0
+        self._events.model_unloaded(slot.name, "shutdown")
 
     def _on_worker_exit(self, model: str) -> None:
         slot = self.slots[model]
         if slot.state is ModelState.READY:  # not an unload we asked for: a crash (the next request reloads)
-            slot.state, slot.worker = ModelState.FAILED, None
+            slot.state, slot.worker, slot.memory_bytes = ModelState.FAILED, None, 0
             slot.last_error = "the worker process exited unexpectedly"
+            slot.crashes += 1
+            self._events.worker_crashed(model)

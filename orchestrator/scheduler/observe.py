@@ -1,0 +1,55 @@
+"""What the scheduler shows the outside (metrics, the admin API): plain snapshots and event hooks.
+
+Readers depend on these types only, never on the scheduler's internals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class ModelSnapshot:
+    name: str
+    backend: str
+    state: str  # a ModelState value: unloaded, loading, ready, unloading, failed
+    pinned: bool
+    running: int  # requests in the engine
+    queued: int  # requests waiting for a running slot or for the model's load
+    loads: int  # successful loads since the server started
+    load_failures: int
+    evictions: int  # unloads to make room for another model
+    crashes: int  # worker processes that died unexpectedly
+    memory_bytes: int  # the model's footprint on its device: measured while loaded, estimated otherwise
+    idle_seconds: float  # since the model last finished a request
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    device: str  # "cuda:0", "cpu"
+    total_bytes: int  # the device's capacity as the ledger sees it
+    used_bytes: int  # in use on the device (measured: NVML for GPUs, RAM for the CPU)
+    reserved_bytes: int  # held back from models
+
+
+class SchedulerEvents(Protocol):
+    """Called by the scheduler as things happen; implementations must be cheap and never raise."""
+
+    def model_loaded(self, model: str, seconds: float) -> None: ...
+
+    def model_unloaded(self, model: str, reason: str) -> None: ...  # evicted | idle | admin | shutdown
+
+    def worker_crashed(self, model: str) -> None: ...
+
+
+class NoEvents:
+    def model_loaded(self, model: str, seconds: float) -> None:
+        pass
+
+    def model_unloaded(self, model: str, reason: str) -> None:
+        pass
+
+    def worker_crashed(self, model: str) -> None:
+        pass
