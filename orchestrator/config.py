@@ -28,6 +28,7 @@ class WorkerConfig(_Section):
     )
     threads: int | None = Field(None, ge=1, description="CPU threads per hf worker (default: all cores)")
     load_timeout_s: float = Field(300.0, gt=0, description="give up on a model load after this long")
+    spare: bool = Field(True, description="keep one worker started and its runtime imported, for fast loads")
     stop_timeout_s: float = Field(10.0, gt=0, description="wait this long for a worker to exit, then kill it")
     kv_cache_bytes: int | None = Field(
         None, ge=1, description="KV cache budget per model in bytes (default: the engine manifest's)"
@@ -35,11 +36,34 @@ class WorkerConfig(_Section):
 
 
 class SchedulingConfig(_Section):
-    """Admission limits applied to every model."""
+    """Admission and placement; per-model settings (--model-settings) override the per-model ones."""
 
-    max_concurrency: int = Field(64, ge=1, description="requests running at once per model")
+    max_concurrency: int = Field(64, ge=1, description="requests running at once per model (at most its batch size)")
     max_queue: int = Field(256, ge=0, description="requests waiting per model before 429")
-    queue_timeout_s: float = Field(60.0, gt=0, description="longest wait for a running slot before 503")
+    queue_timeout_s: float = Field(60.0, gt=0, description="longest wait for a running slot or a load before 503")
+    max_running_total: int = Field(
+        1024, ge=1, description="requests running at once on the device, shared by weighted fair share"
+    )
+    keep_alive_s: float = Field(-1, ge=-1, description="idle seconds before a model is unloaded; 0 at once, -1 never")
+    preload: Literal["fit", "pinned"] = Field(
+        "fit", description="at start load pinned models, then (fit) every other model that fits without eviction"
+    )
+
+
+class MemoryConfig(_Section):
+    """The memory ledger of the device models are placed on (a GPU through NVML, else the host's RAM)."""
+
+    capacity_bytes: int | None = Field(None, ge=1, description="default: the device's total memory")
+    reserve_bytes: int | None = Field(None, ge=0, description="held back from models (default: 10% of capacity)")
+    overhead_bytes: int = Field(
+        512 * 2**20, ge=0, description="runtime overhead per model, added to weights + KV until measured"
+    )
+    gpu_index: int = Field(0, ge=0, description="the GPU models are placed on")
+
+
+class AuthConfig(_Section):
+    api_keys: tuple[str, ...] = Field((), description="bearer keys accepted on /v1 (default: open)")
+    admin_key: str | None = Field(None, description="bearer key for /admin (default: open unless api_keys are set)")
 
 
 class ServerConfig(BaseSettings):
@@ -61,8 +85,11 @@ class ServerConfig(BaseSettings):
     models: tuple[str, ...] = Field((), description="serve only these engines (default: every engine found)")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     drain_timeout_s: float = Field(30.0, ge=0, description="on shutdown, let running requests finish this long")
+    model_settings: Path | None = Field(None, description="TOML file of per-model settings (pinned, keep_alive_s, ...)")
     worker: WorkerConfig = WorkerConfig()
     scheduling: SchedulingConfig = SchedulingConfig()
+    memory: MemoryConfig = MemoryConfig()
+    auth: AuthConfig = AuthConfig()
 
 
 def load_config(argv: list[str] | None = None) -> ServerConfig:

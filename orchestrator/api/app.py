@@ -9,6 +9,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.api import admin
+from orchestrator.api.auth import auth_middleware
 from orchestrator.api.generation import serve_generation
 from orchestrator.api.responses import Format
 from orchestrator.api.state import STATE, AppState
@@ -154,7 +156,10 @@ def build_app(config: ServerConfig, catalogue: Catalogue) -> web.Application:
         buckets=LATENCY_BUCKETS,
         registry=registry,
     )
-    app = web.Application(middlewares=[_timing_middleware(http_duration), errors_middleware], client_max_size=64 * 2**20)
+    app = web.Application(
+        middlewares=[_timing_middleware(http_duration), errors_middleware, auth_middleware(config.auth)],
+        client_max_size=64 * 2**20,
+    )
     app[STATE] = AppState(config, catalogue, scheduler, registry, RequestMetrics(registry), engine_collector)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
@@ -163,6 +168,7 @@ def build_app(config: ServerConfig, catalogue: Catalogue) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/ready", ready)
     app.router.add_get("/metrics", metrics)
+    admin.add_routes(app)
     app.on_shutdown.append(_on_shutdown)
     app.cleanup_ctx.append(_stop_workers_on_cleanup)
     return app

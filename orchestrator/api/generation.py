@@ -16,6 +16,7 @@ from orchestrator.api.wire import _GenerationRequest
 from orchestrator.engine.request import TextDelta
 from orchestrator.errors import InfernoError, error_body, kind_of
 from orchestrator.lifecycle import InferenceRequest, RequestStatus
+from orchestrator.scheduler.settings import request_priority
 
 DONE = b"data: [DONE]\n\n"
 
@@ -36,12 +37,14 @@ async def serve_generation(
     http: web.Request, wire: _GenerationRequest, fmt: Format, id_prefix: str
 ) -> web.StreamResponse:
     state = http.app[STATE]
-    engine = state.scheduler.slot_for(wire.model).engine
+    slot = state.scheduler.slot_for(wire.model)
+    engine = slot.engine
     request = wire.to_inference_request(engine, id_prefix)
+    priority = request_priority(wire.service_tier, slot.settings.priority_class)
     fmt = Format(fmt.object_name, fmt.chunk_name, fmt.chat, f"fp_{engine.manifest.build.fingerprint.split(':')[-1][:12]}")
     http_status = 200
     try:
-        async with state.scheduler.lease(request) as worker:
+        async with state.scheduler.lease(request, priority) as worker:
             for choice in request.choices:
                 worker.submit(choice.engine_request, request.deliver)
             if request.stream:

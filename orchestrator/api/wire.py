@@ -68,6 +68,7 @@ class _GenerationRequest(_Wire):
     presence_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
     frequency_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
     user: str | None = None
+    service_tier: str | None = None  # "flex" runs as batch priority, "priority" as interactive
     logprobs: Any = None
     logit_bias: dict[str, float] | None = None
 

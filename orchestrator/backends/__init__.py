@@ -15,6 +15,17 @@ _MODULES = {
 }
 
 
+def preload_backends(names: tuple[str, ...]) -> None:
+    """Import these backends' runtimes ahead of any load (a spare worker does this while it waits).
+    A runtime that is missing is skipped here: the load that needs it reports it."""
+    for name in names:
+        try:
+            module = importlib.import_module(_MODULES[name])
+            getattr(module, "preload", lambda: None)()
+        except (ImportError, KeyError):
+            pass
+
+
 def create_backend(settings: BackendSettings) -> Backend:
     """The backend the engine's manifest names. Raises errors.BackendUnavailable if its runtime is missing."""
     module = importlib.import_module(_MODULES[settings.manifest.backend])

@@ -21,6 +21,18 @@ WARMUP_ID = "warmup"
 STOP_TIMEOUT_S = 10.0
 
 
+def preload() -> None:
+    """Import what a load needs (torch, transformers, the Llama-family model code): most of a cold start."""
+    import torch  # noqa: F401
+    import transformers
+    from transformers.generation.continuous_batching import continuous_api  # noqa: F401
+
+    from orchestrator.backends import hf_sampling  # noqa: F401
+
+    transformers.AutoModelForCausalLM  # noqa: B018 (resolves the lazy module)
+    transformers.LlamaForCausalLM  # noqa: B018
+
+
 def create(settings: BackendSettings) -> HfBackend:
     try:
         import torch  # noqa: F401

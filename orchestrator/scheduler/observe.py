@@ -24,6 +24,7 @@ class ModelSnapshot:
     memory_bytes: int  # the model's footprint on its device: measured while loaded, estimated otherwise
     idle_seconds: float  # since the model last finished a request
     last_error: str | None
+    pid: int | None = None  # the worker process, while one is assigned
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,17 @@
-"""A model's place in the server: its load state, its worker, and its admission queue."""
+"""A model's place in the server: its settings, load state, worker, counters and admission queue."""
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from orchestrator.scheduler.observe import ModelSnapshot
+from orchestrator.scheduler.policy import ModelLoad
 from orchestrator.scheduler.registry import Engine
+from orchestrator.scheduler.settings import ModelSettings, Priority
 from orchestrator.worker.client import WorkerClient
 
 
@@ -21,33 +23,43 @@ class ModelState(StrEnum):
     FAILED = "failed"
 
 
-@dataclass
+@dataclass(order=True)
 class Waiter:
-    """A request waiting for a running slot."""
+    """A request waiting for a running slot; ordered best first (higher priority, then earlier)."""
 
-    priority: int
-    arrived: float
-    future: asyncio.Future
+    sort_key: tuple
+    future: asyncio.Future = field(compare=False)
+    priority: Priority = field(compare=False)
+    arrival: int = field(compare=False)
+
+    @classmethod
+    def make(cls, priority: Priority, arrival: int) -> Waiter:
+        future = asyncio.get_running_loop().create_future()
+        return cls((-int(priority), arrival), future, priority, arrival)
 
 
 @dataclass
 class ModelSlot:
     engine: Engine
+    settings: ModelSettings
     max_concurrency: int
     max_queue: int
+    pinned: bool = False
     state: ModelState = ModelState.UNLOADED
     worker: WorkerClient | None = None
     running: int = 0
-    waiters: deque[Waiter] = field(default_factory=deque)
+    waiters: list[Waiter] = field(default_factory=list)
     last_used: float = field(default_factory=time.monotonic)
-    pinned: bool = False
     loads: int = 0
     load_failures: int = 0
     evictions: int = 0
     crashes: int = 0
-    memory_bytes: int = 0  # measured footprint while loaded
+    consecutive_failures: int = 0
+    retry_at: float = 0.0  # no load before this (monotonic), after failures
     last_error: str | None = None
     load_task: asyncio.Task | None = None
+    unload_task: asyncio.Task | None = None
+    idle_timer: asyncio.TimerHandle | None = None
 
     @property
     def name(self) -> str:
@@ -57,19 +69,46 @@ class ModelSlot:
     def queued(self) -> int:
         return len(self.waiters)
 
-    def snapshot(self) -> ModelSnapshot:
+    @property
+    def idle(self) -> bool:
+        return self.running == 0 and not self.waiters and self.state is ModelState.READY
+
+    def enqueue(self, waiter: Waiter) -> None:
+        bisect.insort(self.waiters, waiter)
+
+    def load_view(self) -> ModelLoad:
+        head = self.waiters[0] if self.waiters else None
+        return ModelLoad(
+            name=self.name,
+            running=self.running,
+            queued=self.queued,
+            max_concurrency=self.max_concurrency,
+            max_queue=self.max_queue,
+            weight=self.settings.weight,
+            head_priority=head.priority if head else None,
+            head_arrival=head.arrival if head else 0,
+        )
+
+    def cancel_idle_timer(self) -> None:
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+
+    def snapshot(self, memory_bytes: int) -> ModelSnapshot:
+        ready = self.state is ModelState.READY
         return ModelSnapshot(
             name=self.name,
             backend=self.engine.manifest.backend,
             state=self.state.value,
             pinned=self.pinned,
-            running=self.running if self.state is ModelState.READY else 0,
-            queued=self.queued + (self.running if self.state is not ModelState.READY else 0),
+            running=self.running if ready else 0,
+            queued=self.queued + (0 if ready else self.running),  # holding a slot while the model loads
             loads=self.loads,
             load_failures=self.load_failures,
             evictions=self.evictions,
             crashes=self.crashes,
-            memory_bytes=self.memory_bytes,
+            memory_bytes=memory_bytes,
             idle_seconds=0.0 if self.running else time.monotonic() - self.last_used,
             last_error=self.last_error,
+            pid=self.worker.pid if self.worker else None,
         )

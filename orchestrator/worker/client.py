@@ -7,17 +7,15 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import os
 import signal
-import socket
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta
 from orchestrator.errors import InfernoError, ModelUnavailable, WorkerCrashed, from_wire, to_wire
-from orchestrator.worker.ipc import Channel, ChannelClosed
-from orchestrator.worker.main import WorkerSpec
+from orchestrator.worker.ipc import ChannelClosed
+from orchestrator.worker.main import LoadSpec
+from orchestrator.worker.process import WorkerProcess
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +48,13 @@ def describe_exit(code: int | None) -> str:
 
 
 class WorkerClient:
-    def __init__(self, model: str, spec_for_fd: Callable[[int], WorkerSpec], on_exit: Callable[[str], None]):
+    """One model's worker, from the load message on."""
+
+    def __init__(self, model: str, process: WorkerProcess, on_exit: Callable[[str], None]):
         self.model = model
-        self._spec_for_fd = spec_for_fd
+        self._proc = process.process
+        self._channel = process.channel
         self._on_exit = on_exit
-        self._proc: asyncio.subprocess.Process | None = None
-        self._channel: Channel | None = None
         self._sinks: dict[str, Sink] = {}
         self._stats_waiters: dict[int, asyncio.Future] = {}
         self._seq = itertools.count()
@@ -65,32 +64,25 @@ class WorkerClient:
         self.ready: WorkerReady | None = None
 
     @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
+    def pid(self) -> int:
+        return self._proc.pid
 
     @property
     def in_flight(self) -> int:
         return len(self._sinks)
 
-    async def start(self, timeout_s: float) -> WorkerReady:
-        """Spawn the worker and wait until its engine is loaded; raises ModelUnavailable and its kin."""
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    async def start(self, spec: LoadSpec, timeout_s: float) -> WorkerReady:
+        """Have the worker load its engine and wait until it is ready; raises ModelUnavailable and its kin."""
+        self._channel.send({"kind": "load", "spec": asdict(spec)})
         try:
-            spec = self._spec_for_fd(child.fileno())
-            self._proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "orchestrator.worker", spec.to_json(),
-                pass_fds=(child.fileno(),), start_new_session=True,  # Ctrl-C reaches the server, which drains
-                env={**os.environ, **WORKER_ENV},
-            )
-        finally:
-            child.close()
-        self._channel = await Channel.open(parent)
-        try:
-            first = await asyncio.wait_for(self._channel.recv(), timeout_s)
+            first = await asyncio.wait_for(self._first_answer(), timeout_s)
         except (TimeoutError, ChannelClosed) as exc:
             await self._kill()
-            code = self._proc.returncode
-            reason = f"timed out after {timeout_s:.0f} s" if isinstance(exc, asyncio.TimeoutError) else describe_exit(code)
+            reason = (
+                f"timed out after {timeout_s:.0f} s"
+                if isinstance(exc, TimeoutError)
+                else describe_exit(self._proc.returncode)
+            )
             raise ModelUnavailable(f"the worker for model '{self.model}' failed while loading ({reason})") from exc
         if first["kind"] == "failed":
             await self._reap()
@@ -100,6 +92,12 @@ class WorkerClient:
         self.alive = True
         self._reader = asyncio.create_task(self._read_loop(), name=f"worker-reader-{self.model}")
         return self.ready
+
+    async def _first_answer(self) -> dict:
+        while True:
+            message = await self._channel.recv()
+            if message["kind"] != "idle":  # a spare's greeting, sent before the load arrived
+                return message
 
     def submit(self, request: EngineRequest, sink: Sink) -> None:
         if not self.alive:
@@ -119,7 +117,7 @@ class WorkerClient:
 
     async def stats(self, timeout_s: float = 1.0) -> dict | None:
         """The engine's stats snapshot, or None if the worker does not answer in time."""
-        if self._channel is None or self._stopping:
+        if not self.alive or self._stopping:
             return None
         seq = next(self._seq)
         waiter = asyncio.get_running_loop().create_future()
@@ -192,7 +190,7 @@ class WorkerClient:
             sink(TextDelta(request_id, "", 0, FinishReason.ERROR, to_wire(error)))
 
     async def _kill(self) -> None:
-        if self._proc is not None and self._proc.returncode is None:
+        if self._proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.kill()
             await self._proc.wait()

@@ -1,6 +1,10 @@
 """A model's worker process: owns one engine, drives its backend, speaks to the HTTP process over IPC.
 
-    python -m orchestrator.worker '<WorkerSpec as JSON>'
+    python -m orchestrator.worker --fd N [--preload hf,trtllm] [--log-level info]
+
+It starts without a model: it imports the backends' runtimes (`--preload`), says "idle", and waits for a
+"load" message naming the engine. The server keeps one such spare ready, so loading a model costs only
+the engine's own load, not starting Python and importing torch.
 
 Ending this process is how a model is unloaded: its memory (host and device) goes back with it. If the
 HTTP process goes away the channel closes and the worker exits on its own.
@@ -8,6 +12,7 @@ HTTP process goes away the channel closes and the worker exits on its own.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
@@ -17,12 +22,11 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import orjson
 import psutil
 from tokenizers import Tokenizer
 
 from orchestrator import aio
-from orchestrator.backends import create_backend
+from orchestrator.backends import create_backend, preload_backends
 from orchestrator.backends.protocol import Backend, BackendSettings
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta
@@ -34,17 +38,14 @@ log = logging.getLogger("inferno.worker")
 
 
 @dataclass(frozen=True)
-class WorkerSpec:
+class LoadSpec:
+    """What to load: sent in the "load" message."""
+
     engine_dir: str
-    fd: int
     kv_cache_bytes: int
     device: str = "auto"
     threads: int | None = None
     capacity_policy: str = "guaranteed_no_evict"
-    log_level: str = "info"
-
-    def to_json(self) -> str:
-        return orjson.dumps(asdict(self)).decode()
 
 
 class _Run:
@@ -151,10 +152,20 @@ async def _exit_when_parent_leaves(channel: Channel) -> None:
     os._exit(1)
 
 
-async def main_async(spec: WorkerSpec) -> int:
-    channel = await Channel.open(socket.socket(fileno=spec.fd))
-    watchdog = asyncio.create_task(_exit_when_parent_leaves(channel))
+async def main_async(fd: int, preload: tuple[str, ...]) -> int:
+    channel = await Channel.open(socket.socket(fileno=fd))
+    preload_backends(preload)
+    channel.send({"kind": "idle", "pid": os.getpid()})
+    try:
+        message = await channel.recv()
+    except ChannelClosed:
+        return 0
+    if message["kind"] != "load":
+        return 0
+    spec = LoadSpec(**message["spec"])
     folder = Path(spec.engine_dir)
+    _name_the_log(folder.name)
+    watchdog = asyncio.create_task(_exit_when_parent_leaves(channel))
     try:
         manifest = load_manifest(folder)
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -187,14 +198,22 @@ async def main_async(spec: WorkerSpec) -> int:
     return 0
 
 
+def _name_the_log(model: str) -> None:
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s worker[{model}] %(name)s: %(message)s"))
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    spec = WorkerSpec(**orjson.loads(argv[0]))
-    name = Path(spec.engine_dir).name
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.worker")
+    parser.add_argument("--fd", type=int, required=True, help="the inherited socket to the server")
+    parser.add_argument("--preload", default="", help="backends whose runtime to import before any load")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
-        level=spec.log_level.upper(), format=f"%(asctime)s %(levelname)s worker[{name}] %(name)s: %(message)s"
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s worker[spare] %(name)s: %(message)s"
     )
-    return aio.run(main_async(spec))
+    preload = tuple(name for name in args.preload.split(",") if name)
+    return aio.run(main_async(args.fd, preload))
 
 
 if __name__ == "__main__":

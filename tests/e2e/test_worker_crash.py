@@ -10,7 +10,6 @@ import urllib.error
 import urllib.request
 
 import openai
-import psutil
 import pytest
 
 from tests.conftest import DEFAULT_MODEL, metric, wait_for
@@ -21,8 +20,10 @@ STORY = [{"role": "user", "content": "Write a very long story about a dragon."}]
 
 
 def worker_pids(server) -> list[int]:
-    children = psutil.Process(server.process.pid).children()
-    return [c.pid for c in children if "orchestrator.worker" in " ".join(c.cmdline())]
+    """The model's worker, as the server reports it."""
+    with urllib.request.urlopen(f"{server.base_url}/admin/models", timeout=5) as response:
+        models = json.loads(response.read())["models"]
+    return [m["pid"] for m in models if m["name"] == DEFAULT_MODEL and m["pid"] is not None]
 
 
 def test_killed_worker_fails_its_stream_with_an_error_event_then_reloads(server):

@@ -1,0 +1,141 @@
+"""Every scheduling decision, as pure functions over plain data: state in, decision out.
+
+The scheduler gathers these views from its live state and acts on the answers; nothing here awaits,
+reads a clock, or touches a process, so each rule is tested with plain values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from orchestrator.scheduler.settings import Priority
+
+# -- admission --------------------------------------------------------------------------------------------------
+
+
+class Admission(Enum):
+    RUN = "run"  # take a running slot now
+    QUEUE = "queue"  # wait in the model's queue
+    REJECT = "reject"  # the queue is full: 429
+
+
+@dataclass(frozen=True)
+class ModelLoad:
+    """A model's admission state."""
+
+    name: str
+    running: int  # requests holding a running slot (in the engine, or waiting for its load)
+    queued: int
+    max_concurrency: int
+    max_queue: int
+    weight: float = 1.0
+    head_priority: Priority | None = None  # the best priority class waiting in its queue
+    head_arrival: float = 0.0  # arrival order of that class's oldest waiter
+
+
+def admit(model: ModelLoad, total_running: int, max_running_total: int) -> Admission:
+    """What a newly arrived request for `model` does. Waiters are only ever blocked by a full model or a
+    full device (they are granted as soon as either frees), so a request may run at once only if both have
+    room and nobody of its model waits ahead of it."""
+    if model.running < model.max_concurrency and total_running < max_running_total and model.queued == 0:
+        return Admission.RUN
+    if model.queued >= model.max_queue:
+        return Admission.REJECT
+    return Admission.QUEUE
+
+
+def pick_next(models: list[ModelLoad], total_running: int, max_running_total: int) -> str | None:
+    """Which model's head waiter gets the next free running slot, if any.
+
+    Priority classes first (interactive before batch, across all models); within the best class waiting,
+    weighted fair share: the model with the fewest running requests per unit of weight, oldest waiter on a
+    tie. A model at its own concurrency limit is skipped, so one busy model cannot take another's turn.
+    """
+    if total_running >= max_running_total:
+        return None
+    eligible = [m for m in models if m.head_priority is not None and m.running < m.max_concurrency]
+    if not eligible:
+        return None
+    best = max(m.head_priority for m in eligible)
+    contenders = [m for m in eligible if m.head_priority == best]
+    return min(contenders, key=lambda m: (m.running / m.weight, m.head_arrival)).name
+
+
+# -- placement ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resident:
+    """A model holding memory on the device (loaded or loading)."""
+
+    name: str
+    footprint: int
+    pinned: bool
+    idle: bool  # no request running or queued, not loading
+    last_used: float  # when it last finished a request (monotonic seconds)
+
+
+class Placement(Enum):
+    LOAD = "load"  # it fits now
+    EVICT = "evict"  # it fits once these idle models are unloaded
+    WAIT = "wait"  # it will fit when busy models become idle
+    BLOCKED = "blocked"  # pinned models hold the memory: waiting will not help
+    IMPOSSIBLE = "impossible"  # larger than the whole device
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    placement: Placement
+    evict: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def plan_load(need: int, free: int, usable: int, residents: list[Resident]) -> LoadPlan:
+    """How to make room for a model needing `need` bytes, given `free` bytes free now out of the `usable`
+    bytes (capacity minus reserve): evict idle unpinned models, least recently used first."""
+    if need > usable:
+        return LoadPlan(Placement.IMPOSSIBLE, reason=f"it needs {_gib(need)} and the device offers {_gib(usable)}")
+    if need <= free:
+        return LoadPlan(Placement.LOAD)
+    chosen: list[str] = []
+    room = free
+    for resident in sorted((r for r in residents if r.idle and not r.pinned), key=lambda r: r.last_used):
+        chosen.append(resident.name)
+        room += resident.footprint
+        if room >= need:
+            return LoadPlan(Placement.EVICT, tuple(chosen))
+    unpinned = sum(r.footprint for r in residents if not r.pinned)
+    if free + unpinned >= need:
+        busy = sorted(r.name for r in residents if not r.pinned and not r.idle)
+        return LoadPlan(Placement.WAIT, reason=f"busy models hold the memory it needs: {', '.join(busy)}")
+    pinned = sorted(r.name for r in residents if r.pinned)
+    return LoadPlan(
+        Placement.BLOCKED,
+        reason=f"it needs {_gib(need)}; pinned models ({', '.join(pinned)}) leave {_gib(free + unpinned)}",
+    )
+
+
+# -- failures and idleness --------------------------------------------------------------------------------------
+
+BACKOFF_BASE_S = 1.0
+BACKOFF_CAP_S = 60.0
+
+
+def backoff_s(consecutive_failures: int) -> float:
+    """Delay before the next load after load failures or crashes in a row: the first retry is immediate,
+    then 1, 2, 4 ... seconds, at most a minute."""
+    if consecutive_failures <= 1:
+        return 0.0
+    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (consecutive_failures - 2))
+
+
+def idle_unload_delay(keep_alive_s: float, pinned: bool) -> float | None:
+    """Seconds an idle model stays loaded before it is unloaded; None: it stays until evicted."""
+    if pinned or keep_alive_s < 0:
+        return None
+    return keep_alive_s

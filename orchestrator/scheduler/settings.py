@@ -1,0 +1,91 @@
+"""Per-model settings: a TOML file (`--model-settings models.toml`) over defaults from the config.
+
+    [defaults]                 # for every model not named below
+    keep_alive_s = 600
+
+    [models.llama3-8b]
+    pinned = true              # loaded at start, never evicted or unloaded for idleness
+    max_concurrency = 64
+    max_queue = 256
+    priority = "interactive"   # or "batch": batch requests run only when no interactive one waits
+    weight = 2.0               # share of the device-wide running cap when models compete
+    kv_cache_bytes = 8_589_934_592
+"""
+
+from __future__ import annotations
+
+import tomllib
+from enum import IntEnum
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.config import ServerConfig
+from orchestrator.errors import InvalidRequest
+
+
+class Priority(IntEnum):
+    """Higher runs first."""
+
+    BATCH = 0
+    INTERACTIVE = 1
+
+    @classmethod
+    def parse(cls, name: str) -> Priority:
+        return cls[name.upper()]
+
+
+class ModelSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pinned: bool = False
+    keep_alive_s: float = Field(-1, ge=-1, description="idle seconds before unloading; 0 at once, -1 never")
+    max_concurrency: int | None = Field(None, ge=1, description="default: the engine's max batch size")
+    max_queue: int | None = Field(None, ge=0)
+    priority: str = Field("interactive", pattern="^(interactive|batch)$")
+    weight: float = Field(1.0, gt=0)
+    kv_cache_bytes: int | None = Field(None, ge=1, description="default: the engine manifest's budget")
+
+    @property
+    def priority_class(self) -> Priority:
+        return Priority.parse(self.priority)
+
+
+class SettingsError(Exception):
+    pass
+
+
+def load_model_settings(config: ServerConfig, names: list[str]) -> dict[str, ModelSettings]:
+    """Settings for every model: file entries over the file's [defaults] over the server config."""
+    base = {
+        "keep_alive_s": config.scheduling.keep_alive_s,
+        "max_queue": config.scheduling.max_queue,
+        "kv_cache_bytes": config.worker.kv_cache_bytes,
+    }
+    models: dict = {}
+    if config.model_settings is not None:
+        try:
+            raw = tomllib.loads(config.model_settings.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"{config.model_settings}: {exc}") from exc
+        base.update(raw.get("defaults", {}))
+        models = raw.get("models", {})
+        unknown = sorted(set(models) - set(names))
+        if unknown:
+            raise SettingsError(f"{config.model_settings}: settings for models with no engine: {', '.join(unknown)}")
+    try:
+        return {name: ModelSettings(**{**base, **models.get(name, {})}) for name in names}
+    except ValidationError as exc:
+        raise SettingsError(f"model settings: {exc}") from exc
+
+
+def request_priority(service_tier: str | None, default: Priority) -> Priority:
+    """OpenAI's `service_tier`: "flex" asks for batch treatment; "priority" for interactive."""
+    if service_tier in (None, "auto", "default"):
+        return default
+    if service_tier == "flex":
+        return Priority.BATCH
+    if service_tier == "priority":
+        return Priority.INTERACTIVE
+    raise InvalidRequest(
+        f"service_tier must be auto, default, flex or priority (got {service_tier!r})", param="service_tier"
+    )
