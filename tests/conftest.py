@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from orchestrator.launch import ServerProcess, copy_engine, start_server
+
+__all__ = ["ServerProcess", "copy_engine", "start_server"]
+
 ROOT = Path(__file__).resolve().parent.parent
 ENGINES = Path(os.environ.get("INFERNO_TEST_ENGINES_DIR", ROOT / "engines"))
 DEFAULT_MODEL = "smollm2-135m"
-READY_LINE = re.compile(r"Inferno ready: (http://[\d.]+:\d+)/v1")
 
 
 @pytest.fixture(scope="session")
@@ -35,49 +34,6 @@ def default_engine() -> Path:
     return folder
 
 
-@dataclass
-class ServerProcess:
-    process: subprocess.Popen
-    base_url: str
-    log_path: Path
-
-    @property
-    def api(self) -> str:
-        return f"{self.base_url}/v1"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-
-def start_server(engines_dir: Path, log_path: Path, *args: str, env: dict | None = None) -> ServerProcess:
-    """Start `inferno serve` on a free loopback port and wait for its ready line."""
-    command = [sys.executable, "-m", "orchestrator", "serve", "--port", "0", "--engines-dir", str(engines_dir), *args]
-    log = log_path.open("w")
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **(env or {})}
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        match = READY_LINE.search(log_path.read_text(errors="replace"))
-        if match:
-            return ServerProcess(process, match.group(1), log_path)
-        if process.poll() is not None:
-            break
-        time.sleep(0.1)
-    process.kill()
-    raise AssertionError(f"server did not become ready:\n{log_path.read_text(errors='replace')}")
-
-
 @pytest.fixture(scope="module")
 def server(default_engine: Path, tmp_path_factory) -> Iterator[ServerProcess]:
     """One real server per test module, serving the real SmolLM2 engine."""
@@ -85,17 +41,6 @@ def server(default_engine: Path, tmp_path_factory) -> Iterator[ServerProcess]:
     proc = start_server(default_engine.parent, log_path, "--models", DEFAULT_MODEL)
     yield proc
     proc.stop()
-
-
-def copy_engine(source: Path, engines_dir: Path, name: str) -> Path:
-    """A second engine folder under another name, sharing the weights by hard link (no second build)."""
-    target = engines_dir / name
-    shutil.copytree(source, target, copy_function=os.link)
-    manifest = target / "engine.json"
-    manifest.unlink()  # hard-linked: replace, never edit in place
-    text = (source / "engine.json").read_text().replace(f'"name": "{source.name}"', f'"name": "{name}"')
-    manifest.write_text(text)
-    return target
 
 
 def scrape(base_url: str) -> dict[tuple[str, tuple], float]:

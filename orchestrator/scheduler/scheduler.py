@@ -213,6 +213,13 @@ class Scheduler:
             self._on_idle(slot)
         if all(s.running == 0 for s in self.slots.values()):
             self._idle.set()
+            self._refill_spare_when_idle()
+
+    def _refill_spare_when_idle(self) -> None:
+        """A new spare imports its runtimes at full speed for seconds: start it only when nothing is running,
+        so it never slows down the requests of the load that used the previous one."""
+        if self._total_running() == 0 and not self._draining:
+            self.pool.refill()
 
     def _dispatch(self) -> None:
         """Hand free running slots to waiters, in the order the policy picks."""
@@ -290,11 +297,10 @@ class Scheduler:
             ready = await worker.start(spec, self._config.worker.load_timeout_s)
         except InfernoError as exc:
             self._fail(slot, exc.message, load=True)
+            self._refill_spare_when_idle()
             if isinstance(exc, ModelUnavailable):
                 raise
             raise ModelUnavailable(f"model '{slot.name}' failed to load: {exc.message}") from exc
-        finally:
-            self.pool.refill()
         self.ledger.commit(slot.name, ready.pid, fallback=ready.rss_bytes)
         slot.worker, slot.state, slot.last_error = worker, ModelState.READY, None
         slot.loads += 1

@@ -96,7 +96,7 @@ class WorkerClient:
     async def _first_answer(self) -> dict:
         while True:
             message = await self._channel.recv()
-            if message["kind"] != "idle":  # a spare's greeting, sent before the load arrived
+            if message["kind"] != "idle":  # a fresh worker's greeting, sent before it saw the load
                 return message
 
     def submit(self, request: EngineRequest, sink: Sink) -> None:

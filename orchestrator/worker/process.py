@@ -79,10 +79,24 @@ class WorkerPool:
                 log.warning("the spare worker failed to start: %s", exc)
         return await spawn_worker(self._preload, self._log_level)
 
+    @property
+    def spare_state(self) -> str:
+        """none | starting (still importing the runtimes) | warm (ready for a load at once)."""
+        spare = self._spare
+        if spare is None or (spare.done() and (spare.cancelled() or spare.exception() is not None)):
+            return "none"
+        return "warm" if spare.done() else "starting"
+
     def refill(self) -> None:
         """Start a new spare if none is waiting (call when no load is running)."""
         if self._keep_spare and self._spare is None and not self._closed:
-            self._spare = asyncio.create_task(spawn_worker(self._preload, self._log_level), name="spare-worker")
+            self._spare = asyncio.create_task(self._start_spare(), name="spare-worker")
+
+    async def _start_spare(self) -> WorkerProcess:
+        """A spare is ready once it greets with "idle": its runtimes are imported."""
+        process = await spawn_worker(self._preload, self._log_level)
+        await process.channel.recv()
+        return process
 
     async def close(self) -> None:
         self._closed = True

@@ -1,0 +1,1 @@
+"""`make bench`: Inferno's benchmarks (not tests). Results are JSON under bench/results/."""
