@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.api import admin
@@ -18,7 +16,10 @@ from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest, fiel
 from orchestrator.config import ServerConfig
 from orchestrator.errors import InfernoError, InvalidRequest, NotFound, error_body, kind_of
 from orchestrator.metrics.engine_collector import EngineCollector
-from orchestrator.metrics.request_metrics import LATENCY_BUCKETS, RequestMetrics
+from orchestrator.metrics.http_metrics import http_metrics_middleware
+from orchestrator.metrics.registry import new_registry
+from orchestrator.metrics.request_metrics import RequestMetrics
+from orchestrator.metrics.scheduler_events import SchedulerMetrics
 from orchestrator.scheduler.registry import Catalogue
 from orchestrator.scheduler.scheduler import Scheduler
 
@@ -125,39 +126,13 @@ async def errors_middleware(http: web.Request, handler) -> web.StreamResponse:
         )
 
 
-def _timing_middleware(histogram: Histogram):
-    @web.middleware
-    async def timing(http: web.Request, handler) -> web.StreamResponse:
-        started = time.monotonic()
-        status = 500
-        try:
-            response = await handler(http)
-            status = response.status
-            return response
-        except BaseException:
-            status = 499
-            raise
-        finally:
-            route = http.match_info.route.resource.canonical if http.match_info.route.resource else "unmatched"
-            histogram.labels(route, http.method, str(status)).observe(time.monotonic() - started)
-
-    return timing
-
-
 def build_app(config: ServerConfig, catalogue: Catalogue) -> web.Application:
-    registry = CollectorRegistry()
-    scheduler = Scheduler(config, catalogue)
+    registry = new_registry()
+    scheduler = Scheduler(config, catalogue, events=SchedulerMetrics(registry, catalogue.engines))
     engine_collector = EngineCollector(scheduler)
     registry.register(engine_collector)
-    http_duration = Histogram(
-        "inferno_http_request_duration_seconds",
-        "HTTP requests by route, method and status, until the response ended.",
-        ["route", "method", "status"],
-        buckets=LATENCY_BUCKETS,
-        registry=registry,
-    )
     app = web.Application(
-        middlewares=[_timing_middleware(http_duration), errors_middleware, auth_middleware(config.auth)],
+        middlewares=[http_metrics_middleware(registry), errors_middleware, auth_middleware(config.auth)],
         client_max_size=64 * 2**20,
     )
     app[STATE] = AppState(config, catalogue, scheduler, registry, RequestMetrics(registry), engine_collector)

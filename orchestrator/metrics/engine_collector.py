@@ -1,19 +1,18 @@
-"""Gauges read at scrape time: the scheduler's view of each model, and each engine's own stats.
+"""Gauges read at scrape time: the scheduler's view of each model and device, and each engine's own stats.
 
 The /metrics handler first asks every loaded worker for a stats snapshot (`refresh`, bounded by a short
-timeout), then prometheus_client calls `collect`, which only reads plain data.
+timeout), then prometheus_client calls `collect`, which only turns plain data into metric families.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from orchestrator.metrics.scheduler_gauges import device_families, model_families
 from orchestrator.scheduler.scheduler import Scheduler
-from orchestrator.scheduler.slots import ModelState
 
 STATS_TIMEOUT_S = 0.5
 
@@ -21,59 +20,61 @@ STATS_TIMEOUT_S = 0.5
 class EngineCollector(Collector):
     def __init__(self, scheduler: Scheduler):
         self._scheduler = scheduler
-        self.snapshots: dict[str, dict] = {}
+        self.snapshots: dict[str, dict] = {}  # model -> the stats dict its worker last sent
 
     async def refresh(self) -> None:
-        slots = [s for s in self._scheduler.slots.values() if s.state is ModelState.READY and s.worker]
-        results = await asyncio.gather(*(s.worker.stats(STATS_TIMEOUT_S) for s in slots))
-        self.snapshots = {slot.name: stats for slot, stats in zip(slots, results, strict=False) if stats is not None}
+        self.snapshots = await self._scheduler.engine_stats(STATS_TIMEOUT_S)
 
     def collect(self) -> Iterator[Metric]:
-        running = GaugeMetricFamily(
-            "inferno_requests_running", "Requests admitted and running in the engine.", labels=["model"]
-        )
-        waiting = GaugeMetricFamily(
-            "inferno_requests_waiting", "Requests queued for a running slot or a model load.", labels=["model"]
-        )
-        state = GaugeMetricFamily(
-            "inferno_model_state", "1 for the model's current state, 0 for the others.", labels=["model", "state"]
-        )
-        for model in self._scheduler.snapshot():
-            running.add_metric([model.name], model.running)
-            waiting.add_metric([model.name], model.queued)
-            for candidate in ModelState:
-                state.add_metric([model.name, candidate.value], 1.0 if model.state == candidate.value else 0.0)
-        yield running
-        yield waiting
-        yield state
-        yield from self._engine_metrics()
+        yield from model_families(self._scheduler.snapshot())
+        yield from device_families(self._scheduler.device_memory())
+        yield from engine_families(self.snapshots)
 
-    def _engine_metrics(self) -> Iterator[Metric]:
-        engine_running = GaugeMetricFamily(
-            "inferno_engine_requests_running", "Requests in the engine's current batch.", labels=["model"]
-        )
-        engine_waiting = GaugeMetricFamily(
-            "inferno_engine_requests_waiting", "Requests inside the engine not yet scheduled.", labels=["model"]
-        )
-        blocks = GaugeMetricFamily(
-            "inferno_kv_cache_blocks", "KV cache blocks by kind (total, free, used).", labels=["model", "kind"]
-        )
-        usage = GaugeMetricFamily(
-            "inferno_kv_cache_usage_ratio", "Fraction of KV cache blocks in use (0 to 1).", labels=["model"]
-        )
-        per_block = GaugeMetricFamily(
-            "inferno_kv_cache_tokens_per_block", "Tokens held by one KV cache block.", labels=["model"]
-        )
-        iterations = GaugeMetricFamily(
-            "inferno_engine_iterations", "Engine steps since the model was loaded.", labels=["model"]
-        )
-        for name, stats in self.snapshots.items():
-            engine_running.add_metric([name], stats["running"])
-            engine_waiting.add_metric([name], stats["waiting"])
-            for kind in ("total", "free", "used"):
-                blocks.add_metric([name, kind], stats[f"kv_blocks_{kind}"])
-            total = stats["kv_blocks_total"]
-            usage.add_metric([name], stats["kv_blocks_used"] / total if total else 0.0)
-            per_block.add_metric([name], stats["tokens_per_block"])
-            iterations.add_metric([name], stats["iterations"])
-        yield from (engine_running, engine_waiting, blocks, usage, per_block, iterations)
+
+def engine_families(snapshots: dict[str, dict]) -> list[Metric]:
+    """The engines' own numbers, as each worker's backend reports them (`BackendStats`)."""
+    running = GaugeMetricFamily(
+        "inferno_engine_requests_running", "Requests in the engine's current batch.", labels=["model"]
+    )
+    waiting = GaugeMetricFamily(
+        "inferno_engine_requests_waiting",
+        "Requests handed to the engine and not yet scheduled into its batch.",
+        labels=["model"],
+    )
+    blocks = GaugeMetricFamily(
+        "inferno_kv_cache_blocks", "KV cache blocks by kind: total, free, used.", labels=["model", "kind"]
+    )
+    usage = GaugeMetricFamily(
+        "inferno_kv_cache_usage_ratio", "Fraction of the KV cache's blocks in use, from 0 to 1.", labels=["model"]
+    )
+    per_block = GaugeMetricFamily(
+        "inferno_kv_cache_tokens_per_block", "Tokens one KV cache block holds.", labels=["model"]
+    )
+    iterations = GaugeMetricFamily(
+        "inferno_engine_iterations", "Engine steps since the model was loaded (starts at 0 on each load).",
+        labels=["model"],
+    )
+    reused = CounterMetricFamily(
+        "inferno_kv_cache_reused_blocks",
+        "KV cache blocks reused from the prefix cache since the model was loaded, where the engine counts them.",
+        labels=["model"],
+    )
+    step_latency = GaugeMetricFamily(
+        "inferno_engine_iteration_latency_seconds",
+        "Duration of the engine's latest step in seconds, where the engine reports it.",
+        labels=["model"],
+    )
+    for name, stats in snapshots.items():
+        running.add_metric([name], stats["running"])
+        waiting.add_metric([name], stats["waiting"])
+        for kind in ("total", "free", "used"):
+            blocks.add_metric([name, kind], stats[f"kv_blocks_{kind}"])
+        total = stats["kv_blocks_total"]
+        usage.add_metric([name], stats["kv_blocks_used"] / total if total else 0.0)
+        per_block.add_metric([name], stats["tokens_per_block"])
+        iterations.add_metric([name], stats["iterations"])
+        if stats.get("kv_blocks_reused") is not None:
+            reused.add_metric([name], stats["kv_blocks_reused"])
+        if stats.get("iteration_latency_ms") is not None:
+            step_latency.add_metric([name], stats["iteration_latency_ms"] / 1000.0)
+    return [running, waiting, blocks, usage, per_block, iterations, reused, step_latency]

@@ -130,6 +130,13 @@ class Scheduler:
         reading = self.ledger.probe.read()
         return [DeviceMemory(self.ledger.probe.name, self.ledger.capacity, reading.used_bytes, self.ledger.reserve)]
 
+    async def engine_stats(self, timeout_s: float) -> dict[str, dict]:
+        """Each loaded model's engine stats (`BackendStats` as a dict); a worker that does not answer within
+        timeout_s is left out."""
+        loaded = {n: s.worker for n, s in self.slots.items() if s.state is ModelState.READY and s.worker}
+        answers = await asyncio.gather(*(worker.stats(timeout_s) for worker in loaded.values()))
+        return {name: stats for name, stats in zip(loaded, answers, strict=True) if stats is not None}
+
     def slot_for(self, model: str) -> ModelSlot:
         slot = self.slots.get(model)
         if slot is not None:

@@ -1,0 +1,19 @@
+"""The registry the app owns: everything /metrics shows is registered on it, never on the global one."""
+
+from __future__ import annotations
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Info, ProcessCollector
+
+from orchestrator import __version__
+
+
+def new_registry() -> CollectorRegistry:
+    """A registry with the HTTP process's own metrics (CPU, memory, file descriptors) and the build info."""
+    # prometheus_client has no per-registry switch for `_created` samples. In the text format Prometheus
+    # scrapes they come out as an extra gauge family for every counter and histogram: noise, so off.
+    prometheus_client.disable_created_metrics()
+    registry = CollectorRegistry()
+    ProcessCollector(namespace="inferno", registry=registry)
+    Info("inferno_build", "Always 1; Inferno's version as a label.", registry=registry).info({"version": __version__})
+    return registry

@@ -1,0 +1,72 @@
+"""Metric families made at scrape time from the scheduler's snapshots (`scheduler/observe.py`).
+
+Pure functions over plain data: no scheduler, no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot
+
+# The states a model moves through (ModelSnapshot.state). Each gets a series, so a state shows as 0 before
+# a model ever enters it; a state added later to the scheduler still shows, as its own series, when entered.
+MODEL_STATES = ("unloaded", "loading", "ready", "unloading", "failed")
+
+
+def model_families(models: list[ModelSnapshot]) -> list[Metric]:
+    running = GaugeMetricFamily(
+        "inferno_requests_running", "Requests holding a running slot on the model (in its engine).", labels=["model"]
+    )
+    waiting = GaugeMetricFamily(
+        "inferno_requests_waiting",
+        "Requests queued in the server for a running slot or for the model's load: the queue depth.",
+        labels=["model"],
+    )
+    state = GaugeMetricFamily(
+        "inferno_model_state", "1 for the model's current state, 0 for the others.", labels=["model", "state"]
+    )
+    info = GaugeMetricFamily("inferno_model_info", "Always 1; the model's backend as a label.", labels=["model", "backend"])
+    memory = GaugeMetricFamily(
+        "inferno_model_memory_bytes",
+        "The model's footprint on its device in bytes: measured while loaded, the scheduler's estimate otherwise.",
+        labels=["model"],
+    )
+    idle = GaugeMetricFamily(
+        "inferno_model_idle_seconds", "Seconds since the model last finished a request.", labels=["model"]
+    )
+    failures = CounterMetricFamily(
+        "inferno_model_load_failures", "Model loads that failed since the server started.", labels=["model"]
+    )
+    for model in models:
+        running.add_metric([model.name], model.running)
+        waiting.add_metric([model.name], model.queued)
+        states = MODEL_STATES if model.state in MODEL_STATES else (*MODEL_STATES, model.state)
+        for candidate in states:
+            state.add_metric([model.name, candidate], 1.0 if model.state == candidate else 0.0)
+        info.add_metric([model.name, model.backend], 1.0)
+        memory.add_metric([model.name], model.memory_bytes)
+        idle.add_metric([model.name], model.idle_seconds)
+        failures.add_metric([model.name], model.load_failures)
+    return [running, waiting, state, info, memory, idle, failures]
+
+
+def device_families(devices: list[DeviceMemory]) -> list[Metric]:
+    total = GaugeMetricFamily(
+        "inferno_device_memory_total_bytes", "Memory capacity of the device in bytes.", labels=["device"]
+    )
+    used = GaugeMetricFamily(
+        "inferno_device_memory_used_bytes",
+        "Memory in use on the device in bytes, by every process (NVML for GPUs, RAM for the CPU).",
+        labels=["device"],
+    )
+    reserved = GaugeMetricFamily(
+        "inferno_device_memory_reserved_bytes",
+        "Device memory in bytes the scheduler holds back from models.",
+        labels=["device"],
+    )
+    for device in devices:
+        total.add_metric([device.device], device.total_bytes)
+        used.add_metric([device.device], device.used_bytes)
+        reserved.add_metric([device.device], device.reserved_bytes)
+    return [total, used, reserved]
