@@ -4,7 +4,7 @@ the `tensorrt_llm` package is importable, on the real thing with an engine built
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.machinery
 import json
 import os
 import shutil
@@ -34,7 +34,9 @@ def double_env() -> dict[str, str]:
 
 
 def real_tensorrt_llm() -> bool:
-    return importlib.util.find_spec("tensorrt_llm") is not None
+    """Whether the real package is importable, whatever the in-process tests put on sys.path or imported."""
+    paths = [p for p in sys.path if Path(p or ".").resolve() != DOUBLES]
+    return importlib.machinery.PathFinder.find_spec("tensorrt_llm", paths) is not None
 
 
 # -- engine folders ---------------------------------------------------------------------------------------------
@@ -123,7 +125,7 @@ def make_trtllm_engine(
     return folder
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def doubles_on_path() -> Iterator[None]:
     """The test double importable in this process as `tensorrt_llm` (for in-process tests of the adapter)."""
     if real_tensorrt_llm():
