@@ -350,3 +350,55 @@ def test_an_engine_error_response_ends_the_stream_with_the_error(trt, runtime, d
     assert [t for d in deltas for t in d.token_ids] == [300, 301]
     assert deltas[-1].finish is FinishReason.ERROR and "forwardAsync" in deltas[-1].error
     assert later[-1].finish is FinishReason.LENGTH  # the executor goes on serving
+
+
+class FakeNvml:
+    """Stands in for nvidia-ml-py's `pynvml` (there is no NVIDIA driver here): a machine with these GPUs."""
+
+    def __init__(self, gpus: list[tuple[str, str, tuple[int, int]]]):  # (uuid, name, capability) by NVML index
+        self.gpus, self.open = gpus, False
+
+    def nvmlInit(self):
+        self.open = True
+
+    def nvmlShutdown(self):
+        self.open = False
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return self.gpus[index]
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return next(gpu for gpu in self.gpus if gpu[0] == uuid)
+
+    def nvmlDeviceGetName(self, handle):
+        return handle[1]
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle):
+        return handle[2]
+
+
+@pytest.mark.parametrize(("visible", "expected"), [
+    (None, ["A100", "H100", "L40S"]),
+    ("1,0", ["H100", "A100"]),
+    ("GPU-l40s,1", ["L40S", "H100"]),
+    ("1,-1,0", ["H100"]),  # CUDA stops at the first entry it cannot read
+    ("", []),
+])
+def test_gpus_are_read_in_the_order_cuda_numbers_them(monkeypatch, visible, expected):
+    from orchestrator.backends.trtllm_runtime import visible_gpus
+
+    nvml = FakeNvml([("GPU-a100", "A100", (8, 0)), ("GPU-h100", "H100", (9, 0)), ("GPU-l40s", "L40S", (8, 9))])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    gpus = visible_gpus()
+    assert [gpu.name for gpu in gpus] == expected
+    assert [gpu.index for gpu in gpus] == list(range(len(expected)))
+    assert nvml.open is False
+    if expected[:1] == ["H100"]:
+        assert (gpus[0].compute_capability, gpus[0].arch) == ("9.0", "sm90")
