@@ -37,11 +37,12 @@ class Features:
     """What a backend can honour, so the HTTP layer can refuse the rest with a clear 400 up front."""
 
     penalties: bool  # presence_penalty / frequency_penalty
+    logprobs: bool = False  # per-token log probabilities (EngineRequest.logprobs -> TokenDelta.logprobs)
 
 
 _FEATURES = {
     "hf": Features(penalties=False),
-    "trtllm": Features(penalties=True),
+    "trtllm": Features(penalties=True, logprobs=True),
 }
 
 

@@ -40,6 +40,7 @@ class EngineRequest:
     sampling: SamplingParams = SamplingParams()
     stop: tuple[str, ...] = ()  # matched on detokenised text, never part of the output
     priority: int = 0  # higher runs first where the backend supports priorities
+    logprobs: bool = False  # return each generated token's log probability, where the backend can
 
     def to_wire(self) -> dict:
         return asdict(self)
@@ -53,6 +54,7 @@ class EngineRequest:
             sampling=SamplingParams(**data["sampling"]),
             stop=tuple(data["stop"]),
             priority=data["priority"],
+            logprobs=data.get("logprobs", False),
         )
 
 
@@ -66,6 +68,7 @@ class TokenDelta:
     token_ids: list[int] = field(default_factory=list)
     finish: FinishReason | None = None
     error: str | None = None
+    logprobs: list[float] | None = None  # one per token in token_ids, when the request asked for them
 
 
 @dataclass(slots=True)

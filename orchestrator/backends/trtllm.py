@@ -1,0 +1,183 @@
+"""The `trtllm` backend: TensorRT-LLM 1.2's in-process C++ Executor over an AOT-built engine folder.
+
+In-flight batching over a paged KV cache with prefix reuse and chunked prefill, sized by the byte budget
+the server assigns. The Executor runs its own loop on its own threads; this backend enqueues requests,
+cancels them, and reads stats on the worker's event loop, while one thread (trtllm_responses.ResponsePump)
+blocks in `await_responses` and hands every batch of responses over in one call. Each request's stream
+then yields only its new tokens, ending with a finish reason.
+
+Engines built for several GPUs run in orchestrator mode: this worker process spawns TensorRT-LLM's
+executorWorker for each rank and stays the one owner of the engine, so unloading the model is still
+ending this process (see docs/tensorrt-llm.md for leader mode under MPI, the multi-node alternative).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from tokenizers import Tokenizer
+
+from orchestrator.backends.protocol import BackendSettings, BackendStats, LoadReport
+from orchestrator.backends.trtllm_config import build_executor_config, kv_cache_limits
+from orchestrator.backends.trtllm_requests import RequestBuilder
+from orchestrator.backends.trtllm_responses import ResponsePump, ResponseReader, Update
+from orchestrator.backends.trtllm_runtime import Runtime, check_engine, load_runtime, visible_gpus
+from orchestrator.backends.trtllm_stats import IterationStatsReader
+from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
+from orchestrator.errors import EngineError, QueueFull
+
+log = logging.getLogger(__name__)
+
+WARMUP_ID = "warmup"
+
+
+def create(settings: BackendSettings) -> TrtllmBackend:
+    """Import TensorRT-LLM and refuse an engine built for another version or GPU, before loading anything."""
+    runtime = load_runtime()
+    check_engine(settings.manifest, settings.engine_dir, runtime.version, visible_gpus())
+    return TrtllmBackend(settings, runtime)
+
+
+class TrtllmBackend:
+    def __init__(self, settings: BackendSettings, runtime: Runtime):
+        self._settings = settings
+        self._runtime = runtime
+        self._trtllm = runtime.bindings
+        manifest = settings.manifest
+        max_tokens, _ = kv_cache_limits(settings)
+        tokens_per_block = manifest.kv_cache.tokens_per_block
+        self._stats = IterationStatsReader(max_tokens // tokens_per_block, tokens_per_block)
+        self._reader = ResponseReader(self._trtllm, manifest.tokenizer.eos_token_ids)
+        self._requests: RequestBuilder | None = None
+        self._executor = None
+        self._pump: ResponsePump | None = None
+        self._streams: dict[int, asyncio.Queue[Update]] = {}  # executor request id -> its stream's queue
+        self._ids: dict[str, int] = {}  # engine request id -> executor request id, while it runs
+        self._failure: str | None = None
+        self._closed = False
+
+    async def start(self) -> LoadReport:
+        trtllm, settings = self._trtllm, self._settings
+        config = build_executor_config(trtllm, settings, self._runtime)
+        tokenizer = Tokenizer.from_file(str(settings.engine_dir / "tokenizer.json"))
+        self._requests = RequestBuilder(trtllm, settings.manifest, tokenizer)
+        self._executor = await asyncio.to_thread(
+            trtllm.Executor, settings.engine_dir, trtllm.ModelType.DECODER_ONLY, config
+        )
+        try:
+            loop = asyncio.get_running_loop()
+            self._pump = ResponsePump(self._executor, self._reader, loop, self._deliver, self._fail)
+            self._pump.start()
+            await self._warm_up()
+        except BaseException:
+            await self.close()  # a load that fails half way still shuts the executor down
+            raise
+        stats = self.stats()  # the warm-up's steps report the cache the engine really allocated
+        kv = settings.manifest.kv_cache
+        world_size = settings.manifest.parallel.world_size
+        return LoadReport(
+            device="cuda:0" if world_size == 1 else f"cuda:0-{world_size - 1}",
+            kv_cache_bytes=stats.kv_blocks_total * stats.tokens_per_block * kv.bytes_per_token,
+            kv_blocks=stats.kv_blocks_total,
+            tokens_per_block=stats.tokens_per_block,
+            max_batch_size=settings.manifest.limits.max_batch_size,
+        )
+
+    async def _warm_up(self) -> None:
+        """One short request through the whole path, so the first user request does not pay for it."""
+        pad = self._settings.manifest.tokenizer.pad_token_id
+        request = EngineRequest(WARMUP_ID, (pad,) * 8, max_new_tokens=2, sampling=SamplingParams(temperature=0.0))
+        async for delta in self.submit(request):
+            if delta.finish is FinishReason.ERROR:
+                raise EngineError(f"the engine failed its warm-up request: {delta.error}")
+
+    async def submit(self, request: EngineRequest):
+        if self._failure is not None:
+            raise EngineError(self._failure)
+        trt_request = self._requests.build(request)
+        try:
+            trt_id = self._executor.enqueue_request(trt_request)
+        except Exception as exc:
+            raise _enqueue_error(exc) from exc
+        queue: asyncio.Queue[Update] = asyncio.Queue()
+        self._streams[trt_id] = queue
+        self._ids[request.id] = trt_id
+        finished = False
+        try:
+            while not finished:
+                update = await queue.get()
+                if update.final:
+                    finished = True
+                    self._forget(request.id, trt_id)
+                    yield update.delta
+                elif update.delta.token_ids:
+                    yield update.delta
+        finally:
+            if not finished:  # the consumer left early: stop it in the engine; its final response is dropped
+                self._forget(request.id, trt_id)
+                self._cancel_in_engine(trt_id)
+
+    def _forget(self, request_id: str, trt_id: int) -> None:
+        self._ids.pop(request_id, None)
+        self._streams.pop(trt_id, None)
+
+    def cancel(self, request_id: str) -> None:
+        """The engine ends the request at its next step and still sends a final response (CANCELLED)."""
+        trt_id = self._ids.get(request_id)
+        if trt_id is not None:
+            self._cancel_in_engine(trt_id)
+
+    def _cancel_in_engine(self, trt_id: int) -> None:
+        if self._executor is None or self._closed or self._failure is not None:
+            return
+        try:
+            self._executor.cancel_request(trt_id)
+        except Exception as exc:
+            log.warning("cancelling executor request %d failed: %s", trt_id, exc)
+
+    def _deliver(self, updates: list[Update]) -> None:
+        """On the event loop: one engine step's responses (or a few), to each request's stream."""
+        for update in updates:
+            queue = self._streams.get(update.request_id)
+            if queue is not None:  # else a request whose stream already ended: its final response is dropped
+                queue.put_nowait(update)
+
+    def _fail(self, message: str) -> None:
+        """On the event loop: the executor broke; end every stream with the error and refuse new requests."""
+        self._failure = message
+        self._end_streams(message)
+
+    def _end_streams(self, message: str) -> None:
+        for trt_id, queue in list(self._streams.items()):
+            queue.put_nowait(Update(trt_id, TokenDelta(finish=FinishReason.ERROR, error=message), True))
+
+    def stats(self) -> BackendStats:
+        """The one reader of the executor's iteration stats (reading drains them)."""
+        if self._executor is None or self._closed or self._failure is not None:
+            return self._stats.current
+        try:
+            return self._stats.read(self._executor.get_latest_iteration_stats())
+        except Exception as exc:
+            log.warning("reading the executor's iteration stats failed: %s", exc)
+            return self._stats.current
+
+    async def close(self) -> None:
+        """Shut the executor down (its memory goes back when this worker process exits, right after)."""
+        if self._executor is None or self._closed:
+            return
+        self._closed = True
+        if self._pump is not None:
+            self._pump.stop()
+        await asyncio.to_thread(self._executor.shutdown)  # blocking, releases the GIL; wakes the pump's wait
+        if self._pump is not None:
+            await asyncio.to_thread(self._pump.join)
+        self._end_streams("the engine was shut down")
+        log.info("TensorRT-LLM executor shut down")
+
+
+def _enqueue_error(exc: Exception) -> Exception:
+    text = str(exc)
+    if "queue size" in text.lower():  # the executor's max_queue_size: a burst beyond what it holds
+        return QueueFull(f"the engine's request queue is full; retry shortly ({text})", retry_after_s=1.0)
+    return EngineError(f"the TensorRT-LLM executor refused the request: {text}")

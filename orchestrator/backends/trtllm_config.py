@@ -1,0 +1,92 @@
+"""The Executor's configuration, from the engine's manifest and the server's settings.
+
+ExecutorConfig stores a misspelled attribute silently (the class accepts dynamic attributes), so every
+setting goes through a constructor keyword, where a wrong name raises TypeError at once; and only names
+listed in TensorRT-LLM 1.2's bindings are used (tests/trtllm/test_conformance.py holds us to that).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from orchestrator.backends.protocol import BackendSettings
+from orchestrator.backends.trtllm_runtime import Runtime
+from orchestrator.errors import BackendUnavailable, ModelUnavailable
+
+# The KV cache is sized by the byte budget the server assigns. The fraction is set explicitly, never left to
+# TensorRT-LLM's implicit 0.9: it is only a safety cap on what is free after the engine loads.
+FREE_MEMORY_CAP = 0.9
+# Iteration stats kept between two reads (each /metrics scrape drains them); enough for the newest busy step.
+ITER_STATS_KEPT = 64
+# One running slot of the scheduler may carry up to this many choices (n), each its own executor request.
+# The scheduler bounds admissions, so the executor's own queue limit only guards against a runaway caller.
+REQUESTS_PER_SLOT = 16
+
+CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization")
+
+
+def kv_cache_limits(settings: BackendSettings) -> tuple[int, int]:
+    """(max_tokens, per-GPU bytes) for the assigned budget, rounded down to whole blocks."""
+    kv = settings.manifest.kv_cache
+    block_bytes = kv.bytes_per_token * kv.tokens_per_block
+    blocks = settings.kv_cache_bytes // block_bytes
+    if blocks < 1:
+        raise ModelUnavailable(
+            f"a KV cache budget of {settings.kv_cache_bytes} bytes holds no block of this engine "
+            f"({block_bytes} bytes for {kv.tokens_per_block} tokens); raise worker.kv_cache_bytes"
+        )
+    world_size = settings.manifest.parallel.world_size
+    return blocks * kv.tokens_per_block, blocks * block_bytes // world_size
+
+
+def build_executor_config(trtllm: ModuleType, settings: BackendSettings, runtime: Runtime):
+    """ExecutorConfig for in-flight batching over a paged KV cache with prefix reuse and chunked prefill."""
+    limits = settings.manifest.limits
+    max_tokens, gpu_bytes = kv_cache_limits(settings)
+    kv_cache = trtllm.KvCacheConfig(
+        enable_block_reuse=True,
+        max_tokens=max_tokens,  # the binding limit, the same on every GPU
+        free_gpu_memory_fraction=FREE_MEMORY_CAP,
+        max_gpu_total_bytes=gpu_bytes,  # the same budget in bytes, one GPU's share; the smallest limit wins
+    )
+    return trtllm.ExecutorConfig(
+        max_beam_width=1,
+        scheduler_config=trtllm.SchedulerConfig(capacity_scheduler_policy=_capacity_policy(trtllm, settings)),
+        kv_cache_config=kv_cache,
+        enable_chunked_context=True,  # the Python binding's default is off (C++'s is on)
+        iter_stats_max_iterations=ITER_STATS_KEPT,
+        max_batch_size=limits.max_batch_size,
+        max_num_tokens=limits.max_num_tokens,
+        max_queue_size=limits.max_batch_size * REQUESTS_PER_SLOT,
+        parallel_config=_parallel_config(trtllm, settings, runtime),
+    )
+
+
+def _capacity_policy(trtllm: ModuleType, settings: BackendSettings):
+    policies = {
+        "guaranteed_no_evict": trtllm.CapacitySchedulerPolicy.GUARANTEED_NO_EVICT,
+        "max_utilization": trtllm.CapacitySchedulerPolicy.MAX_UTILIZATION,  # may pause and resume requests
+    }
+    policy = policies.get(settings.capacity_policy)
+    if policy is None:
+        raise ModelUnavailable(
+            f"capacity_policy must be one of {', '.join(CAPACITY_POLICIES)} (got {settings.capacity_policy!r})"
+        )
+    return policy
+
+
+def _parallel_config(trtllm: ModuleType, settings: BackendSettings, runtime: Runtime):
+    """Orchestrator mode for multi-GPU engines: this process spawns one executorWorker per rank and stays
+    the single owner of the engine (requests, responses, stats, shutdown). None for one GPU."""
+    if settings.manifest.parallel.world_size == 1:
+        return None
+    worker = runtime.worker_executable
+    if not worker.is_file():
+        raise BackendUnavailable(
+            f"a {settings.manifest.parallel.world_size}-GPU engine needs TensorRT-LLM's executorWorker, "
+            f"which is missing at {worker}; reinstall TensorRT-LLM {runtime.version}"
+        )
+    return trtllm.ParallelConfig(
+        communication_mode=trtllm.CommunicationMode.ORCHESTRATOR,
+        orchestrator_config=trtllm.OrchestratorConfig(is_orchestrator=True, worker_executable_path=str(worker)),
+    )

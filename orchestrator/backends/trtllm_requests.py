@@ -1,0 +1,94 @@
+"""An EngineRequest as a TensorRT-LLM Request: sampling, end and stop tokens, priority, outputs.
+
+Choices: `n` arrives as n EngineRequests (one per choice, each with its own seed), so each is its own
+executor request rather than one request with num_return_sequences: every choice has its own stream,
+cancel and seed, and block reuse makes the shared prompt cheap. Stop strings are matched on text by the
+worker for every backend; a stop string whose tokenisation is exact is also given to the engine as a
+token-level stop word, so the engine ends the sequence in the step that produced it.
+"""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+
+from tokenizers import Tokenizer
+
+from orchestrator.engine.manifest import EngineManifest
+from orchestrator.engine.request import EngineRequest, SamplingParams
+
+PRIORITY_SCALE = 8.0
+
+
+def engine_priority(priority: int) -> float:
+    """TensorRT-LLM's priority (a float in [0, 1], default 0.5, higher first) for Inferno's integer one.
+
+    0 maps to 0.5; the mapping is strictly increasing, so the engine keeps every order the scheduler
+    gives: 1 -> 0.54, 8 -> 0.75, 100 -> 0.97, -8 -> 0.25. It never reaches 0 or 1.
+    """
+    return 0.5 + math.atan(priority / PRIORITY_SCALE) / math.pi
+
+
+class StopWords:
+    """Token sequences for stop strings whose tokenisation is exact.
+
+    A stop string is exact when its tokens decode back to it on their own and after other text; then the
+    engine seeing those tokens means the text contains the string. Others (a special token, a string a
+    SentencePiece tokenizer would prefix with a space) are left to the worker's text matcher alone.
+    """
+
+    def __init__(self, tokenizer: Tokenizer):
+        self._tokenizer = tokenizer
+        self._context = tokenizer.encode("a", add_special_tokens=False).ids
+
+    def exact(self, stop: str) -> list[int] | None:
+        ids = self._tokenizer.encode(stop, add_special_tokens=False).ids
+        if not ids or self._tokenizer.decode(ids) != stop:
+            return None
+        if self._tokenizer.decode(self._context + ids) != self._tokenizer.decode(self._context) + stop:
+            return None
+        return ids
+
+
+class RequestBuilder:
+    def __init__(self, trtllm: ModuleType, manifest: EngineManifest, tokenizer: Tokenizer):
+        facts = manifest.tokenizer
+        self._trtllm = trtllm
+        self._end_id = facts.eos_token_ids[0]  # always given: the engine's behaviour without one is unspecified
+        self._pad_id = facts.pad_token_id
+        self._extra_eos = [[token] for token in facts.eos_token_ids[1:]]  # e.g. Llama 3's <|eot_id|>
+        self._stop_words = StopWords(tokenizer)
+
+    def build(self, request: EngineRequest):
+        trtllm = self._trtllm
+        return trtllm.Request(
+            list(request.prompt_ids),
+            request.max_new_tokens,  # new tokens, not counting the prompt
+            streaming=True,  # every response carries only the tokens new since the last one
+            sampling_config=self._sampling(request.sampling),
+            output_config=trtllm.OutputConfig(exclude_input_from_output=True, return_log_probs=request.logprobs),
+            end_id=self._end_id,
+            pad_id=self._pad_id,
+            stop_words=self._stops(request.stop) or None,
+            priority=engine_priority(request.priority),
+        )
+
+    def _stops(self, stops: tuple[str, ...]) -> list[list[int]]:
+        words = [ids for ids in map(self._stop_words.exact, stops) if ids is not None]
+        return self._extra_eos + words
+
+    def _sampling(self, sampling: SamplingParams):
+        penalties = {}
+        if sampling.presence_penalty:
+            penalties["presence_penalty"] = sampling.presence_penalty
+        if sampling.frequency_penalty:
+            penalties["frequency_penalty"] = sampling.frequency_penalty
+        if sampling.greedy:
+            return self._trtllm.SamplingConfig(top_k=1, **penalties)
+        return self._trtllm.SamplingConfig(
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,  # 0 is the whole vocabulary, as for the engine
+            top_p=sampling.top_p,  # always given: the engine's default (0) with top_k 0 would be greedy
+            seed=sampling.seed,
+            **penalties,
+        )

@@ -1,0 +1,132 @@
+"""TensorRT-LLM Responses back to token deltas, and the one thread that waits for them.
+
+The thread blocks in `await_responses(timeout=...)`, which releases the GIL while it waits, and hands each
+batch it gets (every request's output of one or more engine steps) to the worker's event loop in a single
+`call_soon_threadsafe`. The timeout only lets it notice a stop request; nothing else polls.
+
+Finish reasons: END_ID and STOP_WORDS -> stop; LENGTH -> length; CANCELLED -> cancelled. TIMED_OUT (a
+request's allotted time ran out) -> length: like max_tokens it is a budget that cut the answer short, and
+the client keeps what was streamed. Inferno sets no allotted time, so it is not expected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from types import ModuleType
+
+from orchestrator.engine.request import FinishReason, TokenDelta
+
+log = logging.getLogger(__name__)
+
+AWAIT_TIMEOUT = timedelta(seconds=1)
+
+
+@dataclass(slots=True)
+class Update:
+    """One response, read: for the executor request `request_id`, new tokens, and whether it is the last."""
+
+    request_id: int
+    delta: TokenDelta
+    final: bool
+
+
+class ResponseReader:
+    """Reads Responses into Updates. Only the tokens new since the last response are in a streaming result."""
+
+    def __init__(self, trtllm: ModuleType, eos_token_ids: tuple[int, ...]):
+        reasons = trtllm.FinishReason
+        self._finish = {
+            reasons.END_ID: FinishReason.STOP,
+            reasons.STOP_WORDS: FinishReason.STOP,
+            reasons.LENGTH: FinishReason.LENGTH,
+            reasons.TIMED_OUT: FinishReason.LENGTH,
+            reasons.CANCELLED: FinishReason.CANCELLED,
+        }
+        self._eos = frozenset(eos_token_ids)
+
+    def read(self, response) -> Update:
+        request_id = response.request_id
+        if response.has_error():  # `result` would raise; an error ends the request
+            return Update(request_id, TokenDelta(finish=FinishReason.ERROR, error=response.error_msg), True)
+        result = response.result
+        beams = result.output_token_ids
+        tokens = list(beams[0]) if beams else []  # one beam: beam_width is 1
+        logprobs = _last_logprobs(result.log_probs, len(tokens))
+        if not result.is_final:
+            return Update(request_id, TokenDelta(tokens, logprobs=logprobs), False)
+        reasons = result.finish_reasons
+        finish = self._finish.get(reasons[0]) if reasons else None
+        if finish is None:  # NOT_FINISHED in a final result: judge by the last token
+            finish = FinishReason.STOP if tokens and tokens[-1] in self._eos else FinishReason.LENGTH
+        if finish is FinishReason.STOP:
+            while tokens and tokens[-1] in self._eos:  # an end token ends the text, it is not part of it
+                tokens.pop()
+            logprobs = logprobs[: len(tokens)] if logprobs is not None else None
+        return Update(request_id, TokenDelta(tokens, finish, logprobs=logprobs), True)
+
+
+def _last_logprobs(log_probs, count: int) -> list[float] | None:
+    """The log probabilities of the `count` newest tokens. A streaming result's log_probs may cover every
+    token generated so far (TensorRT-LLM's own LLM API reads them so), so take them from the end."""
+    if log_probs is None or not log_probs:
+        return None
+    values = list(log_probs[0])
+    if len(values) < count:
+        return None
+    return values[len(values) - count :] if count else []
+
+
+class ResponsePump:
+    """The one thread that waits for the executor's responses and hands them to the event loop."""
+
+    def __init__(
+        self,
+        executor,
+        reader: ResponseReader,
+        loop: asyncio.AbstractEventLoop,
+        deliver: Callable[[list[Update]], None],
+        fail: Callable[[str], None],
+    ):
+        self._executor = executor
+        self._reader = reader
+        self._loop = loop
+        self._deliver = deliver
+        self._fail = fail
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="trtllm-responses", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to end; it does within one await timeout, at once when shutdown() wakes it."""
+        self._stopping = True
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            try:
+                responses = self._executor.await_responses(timeout=AWAIT_TIMEOUT)
+                updates = [self._reader.read(response) for response in responses]
+            except Exception as exc:
+                if self._stopping:  # shutdown() makes a waiting await_responses raise or return
+                    return
+                log.exception("the TensorRT-LLM executor failed")
+                self._hand_over(self._fail, f"the TensorRT-LLM executor failed: {exc}")
+                return
+            if updates and not self._hand_over(self._deliver, updates):
+                return
+
+    def _hand_over(self, callback: Callable, argument) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(callback, argument)
+        except RuntimeError:  # the event loop is closed: the worker is exiting
+            return False
+        return True

@@ -1,0 +1,163 @@
+"""Finding TensorRT-LLM, and deciding whether an engine folder can run with it on this machine's GPUs.
+
+Imported only inside a worker process whose engine says `"backend": "trtllm"`. TensorRT-LLM is imported
+here, lazily, so a server without it starts and serves its other models; this model's load fails with
+`BackendUnavailable` saying what to install.
+
+A TensorRT engine is a plan for one GPU architecture built by one TensorRT-LLM version. The manifest
+records both (`build.target_arch`, `build.compute_capability`, `build.tools["tensorrt_llm"]`); an engine
+that disagrees with the running version or GPUs is refused before any weights are read, naming the rebuild
+command.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from orchestrator.engine.manifest import EngineManifest, EngineRefused
+from orchestrator.errors import BackendUnavailable, ModelUnavailable
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_LINE = "1.2."  # the last TensorRT-LLM line with the TensorRT engine path and the Executor config bindings
+PINNED_VERSION = "1.2.1"
+CONTAINER = f"nvcr.io/nvidia/tensorrt-llm/release:{PINNED_VERSION}"
+INSTALL_HINT = (
+    f"install it from NVIDIA's package index (pip install --extra-index-url https://pypi.nvidia.com "
+    f"tensorrt_llm=={PINNED_VERSION}) or run Inferno in the official container {CONTAINER} "
+    "(the project's GPU image, deploy/Dockerfile.gpu, builds on it)"
+)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The TensorRT-LLM this worker drives."""
+
+    bindings: ModuleType  # tensorrt_llm.bindings.executor
+    version: str  # tensorrt_llm.__version__
+    package_dir: Path  # where tensorrt_llm is installed; bin/executorWorker lives under it
+
+    @property
+    def worker_executable(self) -> Path:
+        return self.package_dir / "bin" / "executorWorker"
+
+
+def load_runtime() -> Runtime:
+    """Import TensorRT-LLM 1.2.x; raise BackendUnavailable naming the version and where to get it."""
+    try:
+        import tensorrt_llm
+        from tensorrt_llm.bindings import executor
+    except (ImportError, OSError) as exc:  # OSError: the package is there but a shared library is not
+        raise BackendUnavailable(
+            f"the trtllm backend needs TensorRT-LLM {PINNED_VERSION}, which cannot be imported here "
+            f"({type(exc).__name__}: {exc}); {INSTALL_HINT}"
+        ) from exc
+    version = str(tensorrt_llm.__version__)
+    if not version.startswith(SUPPORTED_LINE):
+        raise BackendUnavailable(
+            f"the trtllm backend needs TensorRT-LLM {SUPPORTED_LINE}x ({PINNED_VERSION}), but {version} is "
+            f"installed; later lines removed the TensorRT engine path. {INSTALL_HINT}"
+        )
+    return Runtime(bindings=executor, version=version, package_dir=Path(tensorrt_llm.__file__).parent)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int  # as CUDA numbers it in this process
+    name: str
+    compute_capability: str  # "9.0"
+
+    @property
+    def arch(self) -> str:
+        return "sm" + self.compute_capability.replace(".", "")
+
+
+def check_engine(manifest: EngineManifest, folder: Path, runtime_version: str, gpus: list[Gpu] | None) -> None:
+    """Refuse (ModelUnavailable naming the rebuild command) an engine built for another version or GPU.
+
+    `gpus` is None when the GPUs cannot be inspected here (no NVIDIA driver library); the architecture
+    check is then left to TensorRT, which refuses a plan built for another GPU when it deserialises it.
+    """
+    built_with = manifest.build.tools.get("tensorrt_llm")
+    if built_with is None:
+        _refuse(folder, "the manifest does not record which TensorRT-LLM version built this engine")
+    if built_with != runtime_version:
+        _refuse(folder, f"built with TensorRT-LLM {built_with}, but this server runs TensorRT-LLM {runtime_version}")
+    if gpus is None:
+        log.warning("cannot inspect the GPUs here (no NVML); leaving the GPU architecture check to TensorRT")
+        return
+    needed = manifest.parallel.world_size
+    if len(gpus) < needed:
+        _refuse(folder, f"needs {needed} GPU(s) (tp {manifest.parallel.tp_size} x pp {manifest.parallel.pp_size}), "
+                        f"but {len(gpus)} visible")
+    for gpu in gpus[:needed]:
+        if not _same_arch(manifest, gpu):
+            _refuse(
+                folder,
+                f"built for {manifest.build.target_arch} (compute capability "
+                f"{manifest.build.compute_capability or 'unknown'}), but GPU {gpu.index} ({gpu.name}) is "
+                f"{gpu.arch} (compute capability {gpu.compute_capability})",
+            )
+
+
+def _same_arch(manifest: EngineManifest, gpu: Gpu) -> bool:
+    wanted = manifest.build.compute_capability
+    if wanted is not None:
+        return wanted == gpu.compute_capability
+    match = re.fullmatch(r"sm_?(\d+)[a-z]?", manifest.build.target_arch)
+    return match is not None and match.group(1) == gpu.arch[2:]
+
+
+def _refuse(folder: Path, reason: str):
+    raise ModelUnavailable(str(EngineRefused(folder, reason)))
+
+
+def visible_gpus() -> list[Gpu] | None:
+    """The GPUs CUDA will number 0, 1, ... in this process, read through NVML; None if NVML is unusable."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:  # the module, or the driver's NVML library, is missing
+        log.debug("NVML unavailable: %s", exc)
+        return None
+    try:
+        handles = [_handle(pynvml, ref) for ref in _cuda_visible(pynvml.nvmlDeviceGetCount())]
+        gpus = []
+        for index, handle in enumerate(handles):
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            name = pynvml.nvmlDeviceGetName(handle)
+            gpus.append(Gpu(index, name.decode() if isinstance(name, bytes) else name, f"{major}.{minor}"))
+        return gpus
+    except Exception as exc:  # e.g. MIG instances NVML cannot describe this way
+        log.warning("cannot read the GPUs through NVML (%s); leaving the architecture check to TensorRT", exc)
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _cuda_visible(count: int) -> list[int | str]:
+    """CUDA_VISIBLE_DEVICES as CUDA applies it: device indices or UUIDs, in the order CUDA numbers them."""
+    spec = os.environ.get("CUDA_VISIBLE_DEVICES")  # CUDA's own device selection, which the Executor follows
+    if spec is None:
+        return list(range(count))
+    refs: list[int | str] = []
+    for item in (part.strip() for part in spec.split(",")):
+        if item.isdigit():
+            refs.append(int(item))
+        elif item.startswith(("GPU-", "MIG-")):
+            refs.append(item)
+        else:
+            break  # CUDA ignores everything from the first entry it cannot read ("-1" hides every GPU)
+    return refs
+
+
+def _handle(pynvml, ref: int | str):
+    if isinstance(ref, int):
+        return pynvml.nvmlDeviceGetHandleByIndex(ref)
+    return pynvml.nvmlDeviceGetHandleByUUID(ref)

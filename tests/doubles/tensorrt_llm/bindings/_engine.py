@@ -1,0 +1,364 @@
+"""The engine inside the test double of TensorRT-LLM's Executor: a loop thread, a queue, a batch, and a
+"model" that repeats the prompt (see executor.py's docstring for what it promises).
+
+It reads what a real engine folder holds: config.json (build_config limits, tokens_per_block, the model's
+shape for the KV cache's bytes per token, the mapping's world size) and rank<N>.engine files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STEP_S = 0.005  # what one engine step (one token for every running request) takes
+FREE_BYTES_AFTER_LOAD = 80 * 2**30  # the GPU memory the double pretends is free once the engine is loaded
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    max_input_len: int
+    max_seq_len: int
+    max_batch_size: int
+    max_num_tokens: int
+    tokens_per_block: int
+    world_size: int
+    kv_bytes_per_token: int  # K and V, all layers, all ranks
+    fail_after_tokens: int | None
+
+    @classmethod
+    def read(cls, folder: Path) -> EngineFacts:
+        path = folder / "config.json"
+        if not path.is_file():
+            raise RuntimeError(f"[TensorRT-LLM][ERROR] cannot open {path}: no engine config")
+        config = json.loads(path.read_text())
+        pretrained, build = config["pretrained_config"], config["build_config"]
+        mapping = pretrained.get("mapping", {})
+        world_size = mapping.get("world_size", 1)
+        for rank in range(world_size):
+            if not (folder / f"rank{rank}.engine").is_file():
+                raise RuntimeError(f"[TensorRT-LLM][ERROR] engine file {folder / f'rank{rank}.engine'} not found")
+        head_dim = pretrained.get("head_size") or pretrained["hidden_size"] // pretrained["num_attention_heads"]
+        kv_heads = pretrained.get("num_key_value_heads") or pretrained["num_attention_heads"]
+        per_token = 2 * pretrained["num_hidden_layers"] * kv_heads * head_dim * DTYPE_BYTES[pretrained["dtype"]]
+        return cls(
+            max_input_len=build["max_input_len"],
+            max_seq_len=build["max_seq_len"],
+            max_batch_size=build["max_batch_size"],
+            max_num_tokens=build["max_num_tokens"],
+            tokens_per_block=build["plugin_config"]["tokens_per_block"],
+            world_size=world_size,
+            kv_bytes_per_token=per_token,
+            fail_after_tokens=_fault_plan(folder / "rank0.engine").get("fail_after_tokens"),
+        )
+
+
+def _fault_plan(path: Path) -> dict:
+    try:
+        plan = json.loads(path.read_text())
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return plan if isinstance(plan, dict) else {}
+
+
+@dataclass
+class Sequence:
+    id: int
+    prompt: list[int]
+    max_new: int
+    end_id: int | None
+    stop_words: list[list[int]]
+    streaming: bool
+    exclude_input: bool
+    log_probs: bool
+    min_tokens: int
+    priority: float
+    position: int
+    generated: list[int] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)
+    sent: int = 0  # generated tokens already streamed
+    blocks_known: int = 0
+
+    def step(self) -> str | None:
+        """Generate one token; the finish reason's name if that ended the sequence."""
+        token = self.prompt[self.position % len(self.prompt)]
+        self.position += 1
+        if token == self.end_id and len(self.generated) < self.min_tokens:  # min_tokens: end_id is banned
+            for _ in range(len(self.prompt)):
+                token = self.prompt[self.position % len(self.prompt)]
+                self.position += 1
+                if token != self.end_id:
+                    break
+        if token == self.end_id:
+            return "END_ID"  # the end token is not part of the output
+        self.generated.append(token)
+        self.probs.append(-0.05 * (1 + (token * 7 + len(self.generated)) % 20))
+        if any(word and self.generated[-len(word):] == word for word in self.stop_words):
+            return "STOP_WORDS"  # the stop word's tokens are part of the output
+        if len(self.generated) >= self.max_new:
+            return "LENGTH"
+        return None
+
+
+class Engine:
+    def __init__(self, folder: Path, config, make_response: Callable, make_stats: Callable):
+        self.facts = EngineFacts.read(folder)
+        self._check_parallel(config)
+        self._make_response, self._make_stats = make_response, make_stats
+        self._max_batch = min(config.max_batch_size or self.facts.max_batch_size, self.facts.max_batch_size)
+        self._max_queue = config.max_queue_size
+        self._stats_kept = config.iter_stats_max_iterations
+        self._reuse = config.kv_cache_config.enable_block_reuse
+        self.max_blocks = self._size_kv_cache(config.kv_cache_config)
+        self._cond = threading.Condition()
+        self._wake = threading.Event()
+        self._queue: list[tuple[int, object]] = []
+        self._active: list[Sequence] = []
+        self._responses: list = []
+        self._stats: list = []
+        self._cancelled: set[int] = set()
+        self._terminated: set[int] = set()
+        self._cached_blocks: OrderedDict[int, None] = OrderedDict()
+        self._counters = {"reused_blocks": 0, "missed_blocks": 0, "alloc_total_blocks": 0, "alloc_new_blocks": 0}
+        self._next_id = 1
+        self._iter = 0
+        self.shutdown_called = False
+        self._thread = threading.Thread(target=self._loop, name="executionLoop", daemon=True)
+        self._thread.start()
+
+    def _check_parallel(self, config) -> None:
+        parallel = config.parallel_config
+        if parallel is not None and parallel.communication_mode.name == "ORCHESTRATOR":
+            orchestrator = parallel.orchestrator_config
+            if orchestrator is None or not orchestrator.is_orchestrator:
+                raise RuntimeError("ORCHESTRATOR mode needs an OrchestratorConfig with is_orchestrator=True")
+            if not Path(orchestrator.worker_executable_path).is_file():
+                raise RuntimeError(f"executorWorker not found at '{orchestrator.worker_executable_path}'")
+        elif self.facts.world_size > 1:  # LEADER: every rank runs this program under MPI; here there is one
+            raise RuntimeError("With communicationMode kLEADER, MPI worldSize is expected to be equal to tp*pp*cp "
+                               f"({self.facts.world_size}) when participantIds are not specified")
+
+    def _size_kv_cache(self, kv) -> int:
+        """The smallest of max_tokens, the free-memory fraction (0.9 when None) and max_gpu_total_bytes."""
+        block_bytes = self.facts.tokens_per_block * self.facts.kv_bytes_per_token // self.facts.world_size
+        fraction = 0.9 if kv.free_gpu_memory_fraction is None else kv.free_gpu_memory_fraction
+        limits = [int(fraction * FREE_BYTES_AFTER_LOAD) // block_bytes]
+        if kv.max_gpu_total_bytes:
+            limits.append(kv.max_gpu_total_bytes // block_bytes)
+        if kv.max_tokens is not None:
+            limits.append(kv.max_tokens // self.facts.tokens_per_block)
+        return min(limits)
+
+    # -- the API side (any thread) -------------------------------------------------------------------------------
+    def enqueue(self, requests: list) -> list[int]:
+        with self._cond:
+            if self.shutdown_called:
+                raise RuntimeError("Shutdown called, cannot enqueue requests")
+            if self._max_queue and len(self._queue) + len(requests) > self._max_queue:
+                raise RuntimeError(f"Maximum queue size of {self._max_queue} has been reached, please try again later")
+            ids = []
+            for request in requests:
+                ids.append(self._next_id)
+                self._queue.append((self._next_id, request))
+                self._next_id += 1
+            self._queue.sort(key=lambda item: -item[1]._priority_value)  # stable: FIFO within a priority
+            self._cond.notify_all()
+            return ids
+
+    def await_responses(self, ids: list[int] | None, timeout_s: float | None) -> list:
+        with self._cond:
+            self._check_running()
+            if ids is not None and ids[0] in self._terminated and not self._has(ids):
+                return [self._make_response(ids[0], error=f"ReqId {ids[0]} has already been processed and was terminated.")]
+            self._cond.wait_for(lambda: self.shutdown_called or self._has(ids), timeout_s)
+            taken = [r for r in self._responses if ids is None or r.request_id in ids]
+            self._responses = [r for r in self._responses if not (ids is None or r.request_id in ids)]
+            return taken
+
+    def _has(self, ids) -> bool:
+        return any(ids is None or r.request_id in ids for r in self._responses)
+
+    def num_responses_ready(self, request_id: int | None) -> int:
+        with self._cond:
+            self._check_running()
+            return sum(1 for r in self._responses if request_id is None or r.request_id == request_id)
+
+    def cancel(self, request_id: int) -> None:
+        with self._cond:
+            self._check_running()
+            if request_id not in self._terminated:
+                self._cancelled.add(request_id)
+
+    def drain_stats(self) -> list:
+        with self._cond:
+            self._check_running()
+            stats, self._stats = self._stats, []
+            return stats
+
+    def shutdown(self) -> None:
+        with self._cond:
+            if self.shutdown_called:
+                return
+            self.shutdown_called = True
+            self._cond.notify_all()
+        self._wake.set()
+        self._thread.join()
+
+    def _check_running(self) -> None:
+        if self.shutdown_called:
+            raise RuntimeError("Shutdown called")
+
+    # -- the loop thread -----------------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self.shutdown_called or self._queue or self._active)
+                if self.shutdown_called:
+                    return
+                started = time.perf_counter()
+                responses, admitted = self._admit()
+                finished = self._step(responses)
+                self._record_stats(started, admitted, finished)
+                for response in responses:
+                    if response.has_error() or response.result.is_final:
+                        self._terminated.add(response.request_id)
+                self._responses.extend(responses)
+                self._cond.notify_all()
+                busy = bool(self._active)
+            if busy:
+                self._wake.wait(STEP_S)  # the step's compute time
+
+    def _admit(self) -> tuple[list, int]:
+        responses, admitted = [], 0
+        while self._queue and len(self._active) < self._max_batch:
+            request_id, request = self._queue.pop(0)
+            try:
+                sequence = self._sequence(request_id, request)
+            except ValueError as exc:
+                error = f"Encountered an error when fetching new request: {exc}"
+                responses.append(self._make_response(request_id, error=error))
+                continue
+            self._count_block_reuse(sequence.prompt)
+            self._active.append(sequence)
+            admitted += 1
+        return responses, admitted
+
+    def _sequence(self, request_id: int, request) -> Sequence:
+        prompt, sampling = list(request.input_token_ids), request.sampling_config
+        if not prompt:
+            raise ValueError("the input token ids are empty")
+        if len(prompt) > self.facts.max_input_len:
+            raise ValueError(f"Prompt length ({len(prompt)}) exceeds maximum input length "
+                             f"({self.facts.max_input_len}).")
+        if request.max_tokens < 1:
+            raise ValueError(f"max_tokens must be positive (got {request.max_tokens})")
+        if sampling.beam_width != 1 or request._num_return_sequences != 1:
+            raise ValueError("the test double generates one sequence per request (beam_width 1, one return sequence)")
+        greedy = sampling.top_k == 1 or not sampling.top_p
+        return Sequence(
+            id=request_id,
+            prompt=prompt,
+            max_new=min(request.max_tokens, self.facts.max_seq_len - len(prompt)),  # clamped, as the engine does
+            end_id=request.end_id,
+            stop_words=[list(word) for word in request.stop_words or []],
+            streaming=request.streaming,
+            exclude_input=request.output_config.exclude_input_from_output,
+            log_probs=request.output_config.return_log_probs,
+            min_tokens=1 if sampling.min_tokens is None else sampling.min_tokens,
+            priority=request._priority_value,
+            position=0 if greedy else (sampling.seed or 0) % len(prompt),
+        )
+
+    def _step(self, responses: list) -> int:
+        """One token for every running request; cancelled ones end with an empty CANCELLED response."""
+        self._iter += 1
+        running, finished = [], 0
+        fault = self.facts.fail_after_tokens
+        if fault is not None and any(len(s.generated) + 1 >= fault for s in self._active):
+            for sequence in self._active:
+                error = "Encountered an error in forwardAsync function: simulated fault of the engine plan"
+                responses.append(self._make_response(sequence.id, error=error))
+            finished, self._active = len(self._active), []
+            return finished
+        for sequence in self._active:
+            if sequence.id in self._cancelled:
+                self._cancelled.discard(sequence.id)
+                responses.append(self._make_response(sequence.id, reason="CANCELLED", final=True,
+                                                     decoding_iter=len(sequence.generated)))
+                finished += 1
+                continue
+            reason = sequence.step()
+            response = self._respond(sequence, reason)
+            if response is not None:
+                responses.append(response)
+            if reason is None:
+                running.append(sequence)
+            else:
+                finished += 1
+        self._active = running
+        return finished
+
+    def _respond(self, sequence: Sequence, reason: str | None):
+        final = reason is not None
+        if not sequence.streaming and not final:
+            return None
+        if sequence.streaming:
+            tokens = sequence.generated[sequence.sent :]
+        else:
+            tokens = ([] if sequence.exclude_input else sequence.prompt) + sequence.generated
+        sequence.sent = len(sequence.generated)
+        if not tokens and not final:
+            return None
+        log_probs = list(sequence.probs) if sequence.log_probs else None  # every generated token so far
+        return self._make_response(sequence.id, tokens=tokens, reason=reason, final=final, log_probs=log_probs,
+                                   decoding_iter=len(sequence.generated))
+
+    # -- the KV cache and stats ----------------------------------------------------------------------------------
+    def _count_block_reuse(self, prompt: list[int]) -> None:
+        size = self.facts.tokens_per_block
+        for end in range(size, len(prompt) + 1, size):
+            key = hash(tuple(prompt[:end]))
+            self._counters["alloc_total_blocks"] += 1
+            if self._reuse and key in self._cached_blocks:
+                self._counters["reused_blocks"] += 1
+                self._cached_blocks.move_to_end(key)
+                continue
+            self._counters["missed_blocks"] += 1
+            self._counters["alloc_new_blocks"] += 1
+            if self._reuse:
+                self._cached_blocks[key] = None
+                while len(self._cached_blocks) > self.max_blocks:
+                    self._cached_blocks.popitem(last=False)
+
+    def _used_blocks(self) -> int:
+        size = self.facts.tokens_per_block
+        used = sum(math.ceil((len(s.prompt) + len(s.generated)) / size) for s in self._active)
+        return min(used, self.max_blocks)
+
+    def _record_stats(self, started: float, admitted: int, finished: int) -> None:
+        latency_ms = max((time.perf_counter() - started) * 1000, STEP_S * 1000)
+        self._append_stats(latency_ms, admitted, finished)
+        if not self._active:  # the batch ran empty: one more entry, so an idle engine reports itself idle
+            self._append_stats(0.0, 0, 0)
+
+    def _append_stats(self, latency_ms: float, admitted: int, finished: int) -> None:
+        used = self._used_blocks()
+        reused, missed = self._counters["reused_blocks"], self._counters["missed_blocks"]
+        kv = dict(self._counters, max_num_blocks=self.max_blocks, free_num_blocks=self.max_blocks - used,
+                  used_num_blocks=used, tokens_per_block=self.facts.tokens_per_block,
+                  cache_hit_rate=reused / (reused + missed) if reused + missed else 0.0)
+        values = dict(timestamp=time.strftime("%m-%d-%Y %H:%M:%S"), iter=self._iter, iter_latency_ms=latency_ms,
+                      num_new_active_requests=admitted, num_active_requests=len(self._active),
+                      num_queued_requests=len(self._queue), num_completed_requests=finished,
+                      max_num_active_requests=self._max_batch)
+        batching = dict(num_scheduled_requests=len(self._active), num_gen_requests=len(self._active),
+                        num_context_requests=admitted, avg_num_decoded_tokens_per_iter=1.0)
+        self._stats.append(self._make_stats(values, kv, batching))
+        if len(self._stats) > self._stats_kept:
+            del self._stats[: len(self._stats) - self._stats_kept]

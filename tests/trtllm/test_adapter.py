@@ -1,0 +1,404 @@
+"""The trtllm adapter in-process, on the test double of TensorRT-LLM's bindings: the Executor's configuration,
+requests, responses, stats, engine compatibility, and a model's life from load to shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from tokenizers import Tokenizer
+
+from orchestrator.backends.protocol import BackendSettings
+from orchestrator.backends.trtllm import TrtllmBackend
+from orchestrator.backends.trtllm_config import FREE_MEMORY_CAP, build_executor_config
+from orchestrator.backends.trtllm_requests import RequestBuilder, engine_priority
+from orchestrator.backends.trtllm_responses import ResponseReader
+from orchestrator.backends.trtllm_runtime import Gpu, Runtime, check_engine, load_runtime
+from orchestrator.backends.trtllm_stats import IterationStatsReader
+from orchestrator.engine.manifest import load_manifest
+from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
+from orchestrator.errors import BackendUnavailable, ModelUnavailable
+from tests.trtllm.conftest import DOUBLES, make_trtllm_engine
+
+H100 = Gpu(0, "NVIDIA H100 80GB HBM3", "9.0")
+
+
+@pytest.fixture(scope="module")
+def trt(doubles_on_path):
+    return importlib.import_module("tensorrt_llm.bindings.executor")
+
+
+@pytest.fixture(scope="module")
+def runtime(trt) -> Runtime:
+    return Runtime(bindings=trt, version="1.2.1", package_dir=DOUBLES / "tensorrt_llm")
+
+
+@pytest.fixture(scope="module")
+def engines(default_engine, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("adapter")
+    make_trtllm_engine(default_engine, folder, "one-gpu")
+    make_trtllm_engine(default_engine, folder, "two-gpus", tp=2)
+    return folder
+
+
+def settings_for(folder: Path, kv_cache_bytes: int | None = None, **changes) -> BackendSettings:
+    manifest = load_manifest(folder)
+    return BackendSettings(folder, manifest, kv_cache_bytes or manifest.kv_cache.default_budget_bytes, **changes)
+
+
+# -- the Executor's configuration -------------------------------------------------------------------------------
+def test_executor_config_sizes_the_kv_cache_by_the_assigned_bytes(trt, runtime, engines):
+    settings = settings_for(engines / "one-gpu", kv_cache_bytes=100 * 32 * 23040 + 5)  # 100 blocks and a bit
+    config = build_executor_config(trt, settings, runtime)
+    kv = config.kv_cache_config
+    assert kv.max_tokens == 100 * 32
+    assert kv.max_gpu_total_bytes == 100 * 32 * 23040
+    assert kv.free_gpu_memory_fraction == FREE_MEMORY_CAP  # set, never left to the implicit default
+    assert kv.enable_block_reuse is True
+
+
+def test_executor_config_batches_in_flight_with_chunked_prefill_and_stats(trt, runtime, engines):
+    settings = settings_for(engines / "one-gpu")
+    config = build_executor_config(trt, settings, runtime)
+    limits = settings.manifest.limits
+    assert config.enable_chunked_context is True
+    assert config.batching_type is trt.BatchingType.INFLIGHT
+    assert config.iter_stats_max_iterations > 0
+    assert (config.max_batch_size, config.max_num_tokens) == (limits.max_batch_size, limits.max_num_tokens)
+    assert config.max_queue_size >= limits.max_batch_size
+    assert config.parallel_config is None
+    assert vars(config) == {k: v for k, v in vars(config).items() if k.startswith("_")}  # no stray attributes
+
+
+@pytest.mark.parametrize(("policy", "member"), [("guaranteed_no_evict", "GUARANTEED_NO_EVICT"),
+                                                ("max_utilization", "MAX_UTILIZATION")])
+def test_capacity_policy_comes_from_the_settings(trt, runtime, engines, policy, member):
+    config = build_executor_config(trt, settings_for(engines / "one-gpu", capacity_policy=policy), runtime)
+    assert config.scheduler_config.capacity_scheduler_policy is trt.CapacitySchedulerPolicy[member]
+
+
+def test_an_unknown_capacity_policy_or_a_budget_below_one_block_is_refused(trt, runtime, engines):
+    with pytest.raises(ModelUnavailable, match="capacity_policy"):
+        build_executor_config(trt, settings_for(engines / "one-gpu", capacity_policy="fifo"), runtime)
+    with pytest.raises(ModelUnavailable, match="holds no block"):
+        build_executor_config(trt, settings_for(engines / "one-gpu", kv_cache_bytes=1000), runtime)
+
+
+def test_a_multi_gpu_engine_runs_in_orchestrator_mode(trt, runtime, engines):
+    settings = settings_for(engines / "two-gpus", kv_cache_bytes=10 * 32 * 23040)
+    config = build_executor_config(trt, settings, runtime)
+    parallel = config.parallel_config
+    assert parallel.communication_mode is trt.CommunicationMode.ORCHESTRATOR
+    assert parallel.orchestrator_config.is_orchestrator is True
+    assert parallel.orchestrator_config.worker_executable_path == str(runtime.worker_executable)
+    assert config.kv_cache_config.max_gpu_total_bytes == 5 * 32 * 23040  # each GPU's half of the budget
+    assert config.kv_cache_config.max_tokens == 10 * 32
+
+
+def test_orchestrator_mode_without_the_worker_binary_is_refused(trt, engines, tmp_path):
+    runtime = Runtime(bindings=trt, version="1.2.1", package_dir=tmp_path)
+    with pytest.raises(BackendUnavailable, match="executorWorker"):
+        build_executor_config(trt, settings_for(engines / "two-gpus"), runtime)
+
+
+# -- requests ---------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def builder(trt, engines) -> RequestBuilder:
+    folder = engines / "one-gpu"
+    manifest = load_manifest(folder)
+    extra_eos = manifest.model_copy(
+        update={"tokenizer": manifest.tokenizer.model_copy(update={"eos_token_ids": (2, 0)})}
+    )
+    return RequestBuilder(trt, extra_eos, Tokenizer.from_file(str(folder / "tokenizer.json")))
+
+
+def test_a_request_streams_new_tokens_with_end_and_pad_ids(trt, builder):
+    request = builder.build(EngineRequest("r", (5, 6, 7), max_new_tokens=9, logprobs=True))
+    assert (request.input_token_ids, request.max_tokens, request.streaming) == ([5, 6, 7], 9, True)
+    assert (request.end_id, request.pad_id) == (2, 2)
+    assert request.output_config.exclude_input_from_output is True
+    assert request.output_config.return_log_probs is True
+    assert request.stop_words == [[0]]  # the second end token stops it too
+
+
+def test_exact_stop_strings_become_stop_words_and_others_stay_text_only(builder):
+    request = builder.build(EngineRequest("r", (5,), 9, stop=(" dragon", ", 4", "<|im_end|>", "")))
+    tokenizer = builder._stop_words._tokenizer
+    assert request.stop_words == [[0], tokenizer.encode(" dragon").ids, tokenizer.encode(", 4").ids]
+
+
+def test_sampling_maps_greedy_to_top_k_1_and_passes_the_rest(builder):
+    greedy = builder.build(EngineRequest("g", (5,), 9, SamplingParams(temperature=0.0, presence_penalty=0.5)))
+    assert (greedy.sampling_config.top_k, greedy.sampling_config.temperature) == (1, None)
+    assert greedy.sampling_config.presence_penalty == 0.5
+    sampled = builder.build(EngineRequest("s", (5,), 9, SamplingParams(0.7, 0.9, 40, seed=11, frequency_penalty=0.3)))
+    config = sampled.sampling_config
+    assert (config.temperature, config.top_p, config.top_k, config.seed) == (pytest.approx(0.7), pytest.approx(0.9), 40, 11)
+    assert (config.frequency_penalty, config.presence_penalty) == (pytest.approx(0.3), None)
+    assert builder.build(EngineRequest("a", (5,), 9, SamplingParams(1.0))).sampling_config.top_p == 1.0
+
+
+def test_priority_keeps_the_order_inside_the_engines_range():
+    priorities = [-10_000, -100, -8, -1, 0, 1, 8, 100, 10_000]
+    mapped = [engine_priority(p) for p in priorities]
+    assert mapped == sorted(mapped) and len(set(mapped)) == len(mapped)
+    assert all(0.0 < m < 1.0 for m in mapped)
+    assert engine_priority(0) == 0.5  # TensorRT-LLM's default
+
+
+# -- responses --------------------------------------------------------------------------------------------------
+def response(trt, tokens, final=False, reason="NOT_FINISHED", log_probs=None, error=None):
+    result = trt.Result()
+    result.is_final, result.output_token_ids = final, [list(tokens)]
+    result.finish_reasons = [trt.FinishReason[reason]]
+    result.log_probs = log_probs
+    return trt.Response(3, error) if error else trt.Response(3, result)
+
+
+def test_responses_become_token_deltas(trt):
+    reader = ResponseReader(trt, (2, 0))
+    update = reader.read(response(trt, [11, 12], log_probs=[[-0.1, -0.2, -0.3]]))
+    assert (update.request_id, update.final, update.delta.token_ids) == (3, False, [11, 12])
+    assert update.delta.logprobs == [-0.2, -0.3]  # the newest tokens' share of the cumulative list
+    error = reader.read(response(trt, [], error="the engine broke"))
+    assert (error.final, error.delta.finish, error.delta.error) == (True, FinishReason.ERROR, "the engine broke")
+
+
+@pytest.mark.parametrize(("reason", "tokens", "finish", "kept"), [
+    ("END_ID", [11, 2], FinishReason.STOP, [11]),
+    ("STOP_WORDS", [11, 0], FinishReason.STOP, [11]),  # an extra end token used as a stop word
+    ("STOP_WORDS", [11, 12], FinishReason.STOP, [11, 12]),  # a stop string's tokens: the worker cuts the text
+    ("LENGTH", [11, 2], FinishReason.LENGTH, [11, 2]),
+    ("TIMED_OUT", [11], FinishReason.LENGTH, [11]),
+    ("CANCELLED", [], FinishReason.CANCELLED, []),
+    ("NOT_FINISHED", [11, 2], FinishReason.STOP, [11]),
+    ("NOT_FINISHED", [11], FinishReason.LENGTH, [11]),
+])
+def test_finish_reasons_map_to_the_protocol(trt, reason, tokens, finish, kept):
+    update = ResponseReader(trt, (2, 0)).read(response(trt, tokens, final=True, reason=reason))
+    assert (update.final, update.delta.finish, update.delta.token_ids) == (True, finish, kept)
+
+
+# -- stats ------------------------------------------------------------------------------------------------------
+def entry(active, latency, used=None, queued=0, iteration=1):
+    kv = None if used is None else SimpleNamespace(max_num_blocks=10, free_num_blocks=10 - used, used_num_blocks=used,
+                                                   tokens_per_block=64, reused_blocks=3)
+    return SimpleNamespace(num_active_requests=active, num_queued_requests=queued, iter=iteration,
+                           iter_latency_ms=latency, kv_cache_stats=kv)
+
+
+def test_stats_keep_the_newest_entry_and_the_last_busy_steps_latency():
+    reader = IterationStatsReader(kv_blocks=7, tokens_per_block=32)
+    assert (reader.current.kv_blocks_total, reader.current.running) == (7, 0)  # before the first step
+    stats = reader.read([entry(2, 12.5, used=4, queued=1, iteration=8), entry(0, 0.0, used=0, iteration=9)])
+    assert (stats.running, stats.waiting, stats.iterations) == (0, 0, 9)
+    assert (stats.kv_blocks_total, stats.kv_blocks_free, stats.kv_blocks_used) == (10, 10, 0)
+    assert (stats.tokens_per_block, stats.kv_blocks_reused, stats.iteration_latency_ms) == (64, 3, 12.5)
+    assert reader.read([]) == stats
+    assert reader.read([entry(1, 4.0, iteration=10)]).kv_blocks_total == 10  # no KV stats in an entry: kept
+
+
+# -- will the engine run here ------------------------------------------------------------------------------------
+def test_an_engine_built_for_this_version_and_gpu_is_accepted(engines):
+    manifest = load_manifest(engines / "one-gpu")
+    check_engine(manifest, engines / "one-gpu", "1.2.1", [H100])
+    check_engine(manifest, engines / "one-gpu", "1.2.1", None)  # no NVML: left to TensorRT
+
+
+@pytest.mark.parametrize(("version", "gpus", "reason"), [
+    ("1.2.0", [H100], "built with TensorRT-LLM 1.2.1, but this server runs TensorRT-LLM 1.2.0"),
+    ("1.2.1", [Gpu(0, "NVIDIA A100-SXM4-80GB", "8.0")], "built for sm90 (compute capability 9.0), but GPU 0"),
+    ("1.2.1", [], "needs 1 GPU(s)"),
+])
+def test_an_engine_for_another_version_or_gpu_is_refused_with_the_rebuild_command(engines, version, gpus, reason):
+    with pytest.raises(ModelUnavailable) as caught:
+        check_engine(load_manifest(engines / "one-gpu"), engines / "one-gpu", version, gpus)
+    assert reason in caught.value.message
+    assert "make build-engine MODEL=one-gpu" in caught.value.message
+
+
+def test_the_architecture_is_read_from_target_arch_when_the_capability_is_missing(engines):
+    manifest = load_manifest(engines / "one-gpu")
+    arch_only = manifest.model_copy(update={"build": manifest.build.model_copy(update={"compute_capability": None})})
+    check_engine(arch_only, engines / "one-gpu", "1.2.1", [H100])
+    with pytest.raises(ModelUnavailable, match="sm89"):
+        check_engine(arch_only, engines / "one-gpu", "1.2.1", [Gpu(0, "NVIDIA L40S", "8.9")])
+
+
+def test_a_manifest_without_the_tensorrt_llm_version_is_refused(engines):
+    manifest = load_manifest(engines / "one-gpu")
+    unversioned = manifest.model_copy(update={"build": manifest.build.model_copy(update={"tools": {}})})
+    with pytest.raises(ModelUnavailable, match="does not record which TensorRT-LLM"):
+        check_engine(unversioned, engines / "one-gpu", "1.2.1", [H100])
+
+
+def test_the_runtime_is_tensorrt_llm_1_2(doubles_on_path, monkeypatch):
+    runtime = load_runtime()
+    assert runtime.version == "1.2.1"
+    assert runtime.worker_executable.is_file()
+    monkeypatch.setattr(sys.modules["tensorrt_llm"], "__version__", "1.3.0rc1")
+    with pytest.raises(BackendUnavailable, match=r"1\.2\.x .*1\.3\.0rc1 is installed"):
+        load_runtime()
+
+
+def test_without_tensorrt_llm_the_load_fails_naming_the_version_and_where_to_get_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt_llm", None)  # what `import` sees when it is not installed
+    with pytest.raises(BackendUnavailable) as caught:
+        load_runtime()
+    message = caught.value.message
+    assert "TensorRT-LLM 1.2.1" in message and "pypi.nvidia.com" in message
+    assert "nvcr.io/nvidia/tensorrt-llm/release:1.2.1" in message
+
+
+# -- a model's life ---------------------------------------------------------------------------------------------
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+async def drain(stream) -> list:
+    return [delta async for delta in stream]
+
+
+async def eventually(condition, timeout: float = 30.0) -> None:
+    """Await `condition()` becoming true, checking every 10 ms; fail after `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "timed out waiting for the condition"
+        await asyncio.sleep(0.01)
+
+
+def test_load_generate_cancel_and_shut_down(trt, runtime, engines):
+    settings = settings_for(engines / "one-gpu")
+    prompt = tuple(range(300, 320))
+
+    async def life():
+        backend = TrtllmBackend(settings, runtime)
+        report = await backend.start()
+        expected_blocks = settings.kv_cache_bytes // (32 * 23040)
+        assert (report.kv_blocks, report.tokens_per_block) == (expected_blocks, 32)
+        assert report.kv_cache_bytes == expected_blocks * 32 * 23040 <= settings.kv_cache_bytes
+
+        deltas = await drain(backend.submit(EngineRequest("a", prompt, 6, logprobs=True)))
+        assert [t for d in deltas for t in d.token_ids] == list(prompt[:6])  # greedy: the double repeats the prompt
+        assert all(len(d.logprobs) == len(d.token_ids) for d in deltas)
+        assert deltas[-1].finish is FinishReason.LENGTH
+
+        seen = []
+        async for delta in backend.submit(EngineRequest("b", prompt, 10_000)):
+            seen.append(delta)
+            backend.cancel("b")
+        assert seen[-1].finish is FinishReason.CANCELLED and seen[-1].token_ids == []
+
+        executor = backend._executor
+        await backend.close()
+        assert executor.can_enqueue_requests() is False
+        assert not backend._pump._thread.is_alive()
+        assert backend.stats().running == 0  # after shutdown: the last view, without touching the executor
+
+    run(life())
+
+
+def test_a_stream_abandoned_midway_is_cancelled_in_the_engine(trt, runtime, engines):
+    async def life():
+        backend = TrtllmBackend(settings_for(engines / "one-gpu"), runtime)
+        await backend.start()
+        stream = backend.submit(EngineRequest("left", tuple(range(300, 320)), 10_000))
+        await anext(stream)
+        assert backend.stats().running == 1
+        await stream.aclose()  # the consumer goes away without cancelling
+        await eventually(lambda: backend.stats().running == 0)
+        assert backend._streams == {} and backend._ids == {}
+        await backend.close()
+
+    run(life())
+
+
+def test_responses_reach_the_event_loop_one_batch_per_step_not_one_call_per_token(trt, runtime, engines):
+    async def life():
+        backend = TrtllmBackend(settings_for(engines / "one-gpu"), runtime)
+        await backend.start()
+        batches = []
+        deliver = backend._deliver
+        backend._pump._deliver = lambda updates: (batches.append(len(updates)), deliver(updates))
+        requests = [EngineRequest(f"r{i}", tuple(range(300, 320)), 12) for i in range(4)]
+        await asyncio.gather(*(drain(backend.submit(r)) for r in requests))
+        await backend.close()
+        return batches
+
+    batches = run(life())
+    assert sum(batches) == 4 * 12
+    assert max(batches) >= 2  # requests running together come back together
+
+
+def test_an_engine_error_response_ends_the_stream_with_the_error(trt, runtime, default_engine, tmp_path):
+    folder = make_trtllm_engine(default_engine, tmp_path, "faulty", plan={"fail_after_tokens": 3})
+
+    async def life():
+        backend = TrtllmBackend(settings_for(folder), runtime)
+        await backend.start()  # the warm-up's 2 tokens stay below the fault
+        deltas = await drain(backend.submit(EngineRequest("x", tuple(range(300, 320)), 50)))
+        later = await drain(backend.submit(EngineRequest("y", tuple(range(300, 320)), 2)))
+        await backend.close()
+        return deltas, later
+
+    deltas, later = run(life())
+    assert [t for d in deltas for t in d.token_ids] == [300, 301]
+    assert deltas[-1].finish is FinishReason.ERROR and "forwardAsync" in deltas[-1].error
+    assert later[-1].finish is FinishReason.LENGTH  # the executor goes on serving
+
+
+class FakeNvml:
+    """Stands in for nvidia-ml-py's `pynvml` (there is no NVIDIA driver here): a machine with these GPUs."""
+
+    def __init__(self, gpus: list[tuple[str, str, tuple[int, int]]]):  # (uuid, name, capability) by NVML index
+        self.gpus, self.open = gpus, False
+
+    def nvmlInit(self):
+        self.open = True
+
+    def nvmlShutdown(self):
+        self.open = False
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return self.gpus[index]
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return next(gpu for gpu in self.gpus if gpu[0] == uuid)
+
+    def nvmlDeviceGetName(self, handle):
+        return handle[1]
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle):
+        return handle[2]
+
+
+@pytest.mark.parametrize(("visible", "expected"), [
+    (None, ["A100", "H100", "L40S"]),
+    ("1,0", ["H100", "A100"]),
+    ("GPU-l40s,1", ["L40S", "H100"]),
+    ("1,-1,0", ["H100"]),  # CUDA stops at the first entry it cannot read
+    ("", []),
+])
+def test_gpus_are_read_in_the_order_cuda_numbers_them(monkeypatch, visible, expected):
+    from orchestrator.backends.trtllm_runtime import visible_gpus
+
+    nvml = FakeNvml([("GPU-a100", "A100", (8, 0)), ("GPU-h100", "H100", (9, 0)), ("GPU-l40s", "L40S", (8, 9))])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    gpus = visible_gpus()
+    assert [gpu.name for gpu in gpus] == expected
+    assert [gpu.index for gpu in gpus] == list(range(len(expected)))
+    assert nvml.open is False
+    if expected[:1] == ["H100"]:
+        assert (gpus[0].compute_capability, gpus[0].arch) == ("9.0", "sm90")

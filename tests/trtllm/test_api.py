@@ -1,0 +1,241 @@
+"""The OpenAI contract on a trtllm engine, through the official client, the real server and its real worker.
+
+Runs twice: on the test double of TensorRT-LLM's bindings with a generated engine folder, and on the real
+TensorRT-LLM with an engine built by `make build-engine` where it is installed (skipped elsewhere). The
+expectations hold for any model; those that depend on what the double generates are marked so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import openai
+import pytest
+
+from orchestrator.text.prompt import PromptEncoder
+from tests.conftest import metric, scrape, wait_for
+
+pytestmark = pytest.mark.e2e
+
+CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
+STORY = "Once upon a time, in a land far away, there lived a dragon who"
+
+
+@pytest.fixture(scope="module")
+def client(trt_server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=trt_server.api, api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture
+def double_only(trt_server):
+    if not trt_server.double:
+        pytest.skip("expects what the test double generates")
+
+
+def _complete(client, trt_server, **kwargs):
+    return client.completions.create(model=trt_server.model, prompt=STORY, temperature=0, **kwargs)
+
+
+def _text(chunks) -> str:
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+# -- answers ----------------------------------------------------------------------------------------------------
+def test_chat_completion(client, trt_server):
+    reply = client.chat.completions.create(model=trt_server.model, messages=CAPITAL, temperature=0, max_tokens=64)
+    choice = reply.choices[0]
+    assert choice.message.role == "assistant" and choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert reply.model == trt_server.model and reply.object == "chat.completion"
+    assert reply.usage.completion_tokens > 0
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+
+
+def test_the_doubles_answer_arrives_token_for_token(client, trt_server, double_only):
+    """The double repeats the prompt up to its first end token; every token must reach the client once, in order,
+    and the end token must end the answer (finish_reason stop) without being part of it."""
+    prompts = PromptEncoder(trt_server.folder)
+    prompt = prompts.encode_chat(CAPITAL)
+    end = prompt.index(2)  # SmolLM2's end token, <|im_end|>, closes the system message
+    reply = client.chat.completions.create(model=trt_server.model, messages=CAPITAL, temperature=0, max_tokens=200)
+    assert reply.choices[0].message.content == prompts.tokenizer.decode(prompt[:end])
+    assert reply.choices[0].finish_reason == "stop"
+    assert reply.usage.completion_tokens == end
+
+
+def test_max_tokens_ends_with_length(client, trt_server):
+    reply = _complete(client, trt_server, max_tokens=5)
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == 5
+
+
+def test_greedy_stream_equals_the_whole_answer(client, trt_server):
+    whole = client.chat.completions.create(model=trt_server.model, messages=CAPITAL, temperature=0, max_tokens=24)
+    chunks = list(client.chat.completions.create(
+        model=trt_server.model, messages=CAPITAL, temperature=0, max_tokens=24, stream=True
+    ))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert _text(chunks) == whole.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+
+
+def test_include_usage_adds_a_usage_chunk(client, trt_server):
+    chunks = list(client.chat.completions.create(
+        model=trt_server.model, messages=CAPITAL, temperature=0, max_tokens=16, stream=True,
+        stream_options={"include_usage": True},
+    ))
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("pick", ["inside the text", "a whole word"])
+def test_a_stop_string_ends_the_answer_and_is_left_out(client, trt_server, stream, pick):
+    full = _complete(client, trt_server, max_tokens=40).choices[0].text
+    words = full.split()
+    stop = full[len(full) // 2 : len(full) // 2 + 3] if pick == "inside the text" else " " + words[len(words) // 2]
+    assert stop.strip() and stop in full, full
+    kwargs = dict(max_tokens=40, stop=[stop])
+    if stream:
+        chunks = list(client.completions.create(model=trt_server.model, prompt=STORY, temperature=0, stream=True,
+                                                **kwargs))
+        text, finish = "".join(c.choices[0].text for c in chunks), chunks[-1].choices[0].finish_reason
+    else:
+        reply = _complete(client, trt_server, **kwargs)
+        text, finish = reply.choices[0].text, reply.choices[0].finish_reason
+    assert (text, finish) == (full[: full.index(stop)], "stop")
+
+
+def test_n_choices(client, trt_server):
+    reply = client.chat.completions.create(model=trt_server.model, messages=CAPITAL, n=3, temperature=1.0,
+                                           max_tokens=12, seed=5)
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    assert all(c.finish_reason in ("stop", "length") for c in reply.choices)
+    assert reply.usage.completion_tokens >= 3
+    assert len({c.message.content for c in reply.choices}) > 1  # each choice samples with its own seed
+
+
+def test_n_choices_streamed(client, trt_server):
+    stream = client.chat.completions.create(model=trt_server.model, messages=CAPITAL, n=2, max_tokens=8,
+                                            stream=True, stream_options={"include_usage": True})
+    finishes, usage = {}, None
+    for chunk in stream:
+        for choice in chunk.choices:
+            if choice.finish_reason:
+                finishes[choice.index] = choice.finish_reason
+        usage = chunk.usage or usage
+    assert set(finishes) == {0, 1}
+    assert usage.completion_tokens >= 2
+
+
+def _sampled(client, trt_server, seed: int) -> str:
+    reply = client.completions.create(model=trt_server.model, prompt=STORY, temperature=1.0, max_tokens=12, seed=seed)
+    return reply.choices[0].text
+
+
+def test_a_seed_makes_sampling_repeatable(client, trt_server):
+    assert _sampled(client, trt_server, 1234) == _sampled(client, trt_server, 1234)
+    assert len({_sampled(client, trt_server, seed) for seed in (1, 2, 3, 4)}) > 1
+
+
+def test_penalties_are_honoured_by_this_backend(client, trt_server):
+    reply = _complete(client, trt_server, max_tokens=8, presence_penalty=0.5, frequency_penalty=0.5)
+    assert reply.choices[0].finish_reason == "length"
+
+
+def test_concurrent_streams_all_complete(trt_server):
+    async def one(client):
+        stream = await client.completions.create(model=trt_server.model, prompt=STORY, temperature=0, max_tokens=24,
+                                                 stream=True)
+        return "".join([chunk.choices[0].text async for chunk in stream])
+
+    async def burst():
+        client = openai.AsyncOpenAI(base_url=trt_server.api, api_key="unused", max_retries=0, timeout=120)
+        return await asyncio.gather(*(one(client) for _ in range(8)))
+
+    texts = asyncio.run(burst())
+    assert len(texts) == 8 and len(set(texts)) == 1 and texts[0]  # greedy, same prompt: one answer
+
+
+# -- cancellation -----------------------------------------------------------------------------------------------
+def _idle(trt_server) -> bool:
+    samples = scrape(trt_server.base_url)
+    return all(
+        samples.get((name, (("model", trt_server.model),)), 0) == 0
+        for name in ("inferno_requests_running", "inferno_engine_requests_running", "inferno_engine_requests_waiting")
+    )
+
+
+def _cancelled(trt_server) -> float:
+    labels = dict(model=trt_server.model, status_class="4xx", finish_reason="cancelled")
+    return metric(trt_server.base_url, "inferno_requests_total", **labels)
+
+
+def _iterations(trt_server) -> float:
+    return metric(trt_server.base_url, "inferno_engine_iterations", model=trt_server.model)
+
+
+LONG = 4000  # tokens a cancelled request would have gone on generating
+
+
+def test_closing_a_stream_cancels_the_request_in_the_engine(client, trt_server):
+    wait_for(lambda: _idle(trt_server), what="an idle server")
+    before, steps = _cancelled(trt_server), _iterations(trt_server)
+    stream = client.completions.create(model=trt_server.model, prompt=STORY, max_tokens=LONG, stream=True)
+    for received, _ in enumerate(stream):
+        if received == 3:
+            break
+    assert metric(trt_server.base_url, "inferno_engine_requests_running", model=trt_server.model) == 1
+    stream.close()
+    wait_for(lambda: _cancelled(trt_server) == before + 1, what="the request to be recorded as cancelled")
+    wait_for(lambda: _idle(trt_server), what="the engine to drop the request")
+    assert _iterations(trt_server) - steps < LONG  # dropped by the engine, not run to max_tokens
+
+
+def test_a_non_streaming_client_that_gives_up_is_cancelled(trt_server):
+    wait_for(lambda: _idle(trt_server), what="an idle server")
+    before, steps = _cancelled(trt_server), _iterations(trt_server)
+    impatient = openai.OpenAI(base_url=trt_server.api, api_key="unused", max_retries=0, timeout=1.5)
+    with pytest.raises(openai.APITimeoutError):
+        impatient.completions.create(model=trt_server.model, prompt=STORY, max_tokens=LONG)
+    wait_for(lambda: _cancelled(trt_server) == before + 1, what="the request to be recorded as cancelled")
+    wait_for(lambda: _idle(trt_server), what="the engine to drop the request")
+    assert _iterations(trt_server) - steps < LONG
+
+
+# -- engine stats -----------------------------------------------------------------------------------------------
+def _blocks(trt_server, kind: str) -> float:
+    return metric(trt_server.base_url, "inferno_kv_cache_blocks", model=trt_server.model, kind=kind)
+
+
+def test_kv_cache_stats_follow_the_assigned_budget(trt_server):
+    wait_for(lambda: _idle(trt_server), what="an idle server")
+    manifest = json.loads((trt_server.folder / "engine.json").read_text())
+    per_block = metric(trt_server.base_url, "inferno_kv_cache_tokens_per_block", model=trt_server.model)
+    config = json.loads((trt_server.folder / "config.json").read_text())
+    assert per_block == config["build_config"]["plugin_config"]["tokens_per_block"]
+    total = _blocks(trt_server, "total")
+    budget_blocks = manifest["kv_cache"]["default_budget_bytes"] // (manifest["kv_cache"]["bytes_per_token"] * per_block)
+    assert 0 < total <= budget_blocks  # never more than the budget, whatever the engine rounds
+    if trt_server.double:
+        assert total == budget_blocks
+    assert _blocks(trt_server, "free") + _blocks(trt_server, "used") == total
+
+
+def test_a_running_request_shows_in_the_engine_gauges(client, trt_server):
+    wait_for(lambda: _idle(trt_server), what="an idle server")
+    iterations = _iterations(trt_server)
+    stream = client.completions.create(model=trt_server.model, prompt=STORY, max_tokens=LONG, stream=True)
+    for received, _ in enumerate(stream):
+        if received == 3:
+            break
+    samples = scrape(trt_server.base_url)
+    model = (("model", trt_server.model),)
+    assert samples[("inferno_engine_requests_running", model)] == 1
+    assert samples[("inferno_kv_cache_blocks", (("kind", "used"), *model))] >= 1
+    assert samples[("inferno_kv_cache_usage_ratio", model)] > 0
+    assert samples[("inferno_engine_iterations", model)] > iterations
+    stream.close()
+    wait_for(lambda: _idle(trt_server), what="the engine to drop the request")
+    assert metric(trt_server.base_url, "inferno_kv_cache_usage_ratio", model=trt_server.model) == 0
