@@ -72,3 +72,12 @@ def wait_for(condition, timeout: float = 30.0, interval: float = 0.05, what: str
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+def admin_models(base_url: str) -> dict[str, dict]:
+    """The server's own view of each model (state, worker pid, counters), from /admin/models."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"{base_url}/admin/models", timeout=30) as response:
+        return {model["name"]: model for model in json.loads(response.read())["models"]}

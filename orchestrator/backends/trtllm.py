@@ -76,6 +76,8 @@ class TrtllmBackend:
         stats = self.stats()  # the warm-up's steps report the cache the engine really allocated
         kv = settings.manifest.kv_cache
         world_size = settings.manifest.parallel.world_size
+        mode = "orchestrator mode, one executorWorker per rank" if world_size > 1 else "one GPU"
+        log.info("TensorRT-LLM %s executor started: %s (world size %d)", self._runtime.version, mode, world_size)
         return LoadReport(
             device="cuda:0" if world_size == 1 else f"cuda:0-{world_size - 1}",
             kv_cache_bytes=stats.kv_blocks_total * stats.tokens_per_block * kv.bytes_per_token,

@@ -14,7 +14,7 @@ import openai
 import psutil
 import pytest
 
-from tests.conftest import ServerProcess, start_server, wait_for
+from tests.conftest import ServerProcess, admin_models, start_server, wait_for
 from tests.trtllm.conftest import double_env, make_trtllm_engine, real_tensorrt_llm
 
 pytestmark = pytest.mark.e2e
@@ -89,14 +89,16 @@ def test_an_engine_built_by_another_tensorrt_llm_is_refused_with_the_rebuild_com
 def test_a_two_gpu_engine_is_served_from_one_worker_in_orchestrator_mode(server, client):
     reply = client.completions.create(model="two-gpus", prompt=STORY, max_tokens=4, temperature=0)
     assert reply.choices[0].finish_reason == "length"
-    workers = [p for p in psutil.Process(server.process.pid).children() if "orchestrator.worker" in " ".join(p.cmdline())]
-    assert sum("two-gpus" in " ".join(p.cmdline()) for p in workers) == 1
+    pid = admin_models(server.base_url)["two-gpus"]["pid"]
+    assert pid in [p.pid for p in psutil.Process(server.process.pid).children()]  # the server's own child
+    started = [line for line in server.log().splitlines() if "worker[two-gpus]" in line and "executor started" in line]
+    assert started and "orchestrator mode" in started[-1] and "world size 2" in started[-1]
 
 
 def test_stopping_the_server_shuts_the_executor_down_and_ends_the_worker(default_engine, tmp_path):
     make_trtllm_engine(default_engine, tmp_path / "engines")
     server = start_server(tmp_path / "engines", tmp_path / "server.log", env=double_env())
-    [worker] = [p for p in psutil.Process(server.process.pid).children() if "orchestrator.worker" in " ".join(p.cmdline())]
+    worker = psutil.Process(admin_models(server.base_url)["tiny-trt"]["pid"])
     assert server.stop() == 0
     wait_for(lambda: not worker.is_running(), what="the worker process to exit")
     assert "TensorRT-LLM executor shut down" in server.log()
