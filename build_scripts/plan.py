@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from build_scripts.sources import Checkpoint
 
 DEFAULT_EXAMPLES = Path("/app/tensorrt_llm/examples")  # where the official TensorRT-LLM container has them
-CONTINUATION = " \\\n         "  # a long command in --dry-run output: one flag per line
+CONTINUATION = " \\\n           "  # a long command in --dry-run output: one flag per line
 
 
 @dataclass(frozen=True)
