@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from build_scripts.plan import BuildContext, rebuild_command
+from build_scripts.recipe import DTYPE_BYTES
 from orchestrator.engine.manifest import BuildInfo, TokenizerFacts
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 # Everything the HTTP process (tokenizer, chat template) and the backends need to tokenise and stop.
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -86,6 +86,6 @@ def build_info(ctx: BuildContext) -> BuildInfo:
         target_arch=plan.target_arch,
         gpu_name=gpu.name if gpu else None,
         compute_capability=gpu.compute_capability if gpu else None,
-        rebuild=rebuild_command(plan.spec, plan.options),
+        rebuild=rebuild_command(plan.spec, plan.options, plan.checkpoint.path),
         steps=tuple(step.render() for step in plan.steps),
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from build_scripts.catalog import RecipeError
-from build_scripts.recipe import FP8_MIN_SM, Quantization, Recipe
+from build_scripts.recipe import DTYPE_BYTES, FP8_MIN_SM, Quantization, Recipe
 
 if TYPE_CHECKING:
     from build_scripts.environment import Environment, Gpu
@@ -62,13 +62,17 @@ class BuildSpec:
         return self.recipe.quantization[self.quant] if self.quant else None
 
     @property
-    def weight_bytes_per_param(self) -> float:
-        return 1.0 if self.quant == "fp8" else {"float32": 4, "float16": 2, "bfloat16": 2}[self.recipe.target.dtype]
+    def weight_bytes_per_param(self) -> int:
+        return DTYPE_BYTES[self.quant or self.recipe.target.dtype]
 
     def summary(self) -> str:
-        precision = f"{self.quant} (weights and KV cache), {self.recipe.target.dtype} elsewhere" if self.quant else self.recipe.target.dtype
-        where = f"TP {self.tp_size} x PP {self.pp_size}, {self.arch}" if self.recipe.target.backend == "trtllm" else "any device"
-        return f"{self.recipe.target.backend}: {self.recipe.target.engine_format}, {precision}, {where}"
+        target, quant = self.recipe.target, self.quantization
+        precision = target.dtype
+        if quant:
+            parts = "weights and KV cache" if quant.kv_cache_dtype else "weights"
+            precision = f"{self.quant} ({parts}), {target.dtype} elsewhere"
+        where = f"TP {self.tp_size} x PP {self.pp_size}, {self.arch}" if target.backend == "trtllm" else "any device"
+        return f"{target.backend}: {target.engine_format}, {precision}, {where}"
 
 
 def resolve_spec(recipe: Recipe, options: BuildOptions) -> BuildSpec:
@@ -95,8 +99,9 @@ def resolve_spec(recipe: Recipe, options: BuildOptions) -> BuildSpec:
     return BuildSpec(recipe, name, options.quant, tp, recipe.parallel.pp_size, arch)
 
 
-def rebuild_command(spec: BuildSpec, options: BuildOptions) -> str:
-    """The command a user runs to rebuild this engine; the server shows it when it refuses the engine."""
+def rebuild_command(spec: BuildSpec, options: BuildOptions, checkpoint: Path | None = None) -> str:
+    """The command a user runs to rebuild this engine; the server shows it when it refuses the engine.
+    `checkpoint` is the folder given with --checkpoint, made absolute."""
     parts = [f"make build-engine MODEL={spec.recipe.name}"]
     if spec.quant:
         parts.append(f"QUANT={spec.quant}")
@@ -104,7 +109,7 @@ def rebuild_command(spec: BuildSpec, options: BuildOptions) -> str:
         parts.append(f"TP={spec.tp_size}")
     extra = []
     if options.checkpoint:
-        extra.append(f"--checkpoint {shlex.quote(str(options.checkpoint))}")
+        extra.append(f"--checkpoint {shlex.quote(str(checkpoint or options.checkpoint))}")
     if spec.name != spec.recipe.name:
         extra.append(f"--name {spec.name}")
     if options.arch:

@@ -20,6 +20,7 @@ PluginDtype = Literal["auto", "float16", "bfloat16", "float32", "disable"]
 GemmPlugin = Literal["auto", "float16", "bfloat16", "float32", "fp8", "disable"]
 ARCH_PATTERN = r"^(sm\d{2,3}|any)$"
 FP8_MIN_SM = 89  # FP8 tensor cores: Ada (sm89), Hopper (sm90) and later
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 
 DEFAULT_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine"}
 DEFAULT_ARCH = {"hf": "any", "trtllm": "sm90"}
@@ -147,6 +148,8 @@ class Recipe(_Frozen):
             raise ValueError("a TensorRT engine recipe names its [convert] script")
         if self.source.kind == "wheel-gguf" and self.target.backend != "hf":
             raise ValueError("GGUF weights are converted for the hf backend only")
+        if self.quantization and self.parallel.pp_size != 1:
+            raise ValueError("quantised builds are planned with tensor parallelism only (pp_size 1)")
         arch = self.target.target_arch
         if self.quantization and arch != "any" and int(arch[2:]) < FP8_MIN_SM:
             raise ValueError(f"FP8 needs sm{FP8_MIN_SM} or newer; the recipe targets {arch}")

@@ -127,6 +127,7 @@ def run_plan(plan: Plan) -> Path:
     finally:
         if plan.scratch is not None:
             shutil.rmtree(plan.scratch, ignore_errors=True)
+    (plan.output.parent / f".{plan.name}.failed.log").unlink(missing_ok=True)  # an earlier failure's, now stale
     _say(f"built {plan.output} in {_clock(time.monotonic() - started)} (full log: {plan.output / LOG_FILE})")
     return plan.output
 

@@ -10,6 +10,7 @@ import pytest
 from orchestrator.engine.manifest import EngineRefused, load_manifest
 from tests.conftest import copy_engine
 
+
 def rewrite(folder, change):
     path = folder / "engine.json"
     data = json.loads(path.read_text())

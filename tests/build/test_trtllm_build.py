@@ -80,3 +80,6 @@ def test_a_failing_tool_keeps_the_previous_engine_and_leaves_no_temporary_folder
     failed_log = output.parent / ".llama3-8b.failed.log"
     assert sorted(output.parent.iterdir()) == [failed_log, output]
     assert "failing as asked" in failed_log.read_text()
+    monkeypatch.delenv("INFERNO_STANDIN_FAIL")
+    run_plan(plan_for(quant="fp8", build_id="4"))
+    assert list(output.parent.iterdir()) == [output]  # a later success drops the stale log

@@ -16,7 +16,7 @@ from pathlib import Path
 def parse(argv):
     if len(argv) % 2 or not all(a.startswith("--") for a in argv[::2]):
         sys.exit(f"expected --flag value pairs, got {argv}")
-    return {name[2:]: value for name, value in zip(argv[::2], argv[1::2])}
+    return {name[2:]: value for name, value in zip(argv[::2], argv[1::2], strict=True)}
 
 
 def checkpoint(args, quant_algo):
