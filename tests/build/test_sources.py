@@ -66,6 +66,10 @@ def test_folder_problems_name_what_is_missing(tmp_path):
     (folder / "tokenizer.json").write_text("{}")
     (folder / "pytorch_model.bin").write_text("w")
     assert folder_problem(folder) is None
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert folder_problem(gguf, gguf_ok=True) is None
+    assert folder_problem(gguf).endswith("is a file; give its folder")  # TensorRT-LLM converts folders only
 
 
 def test_the_embedded_default_comes_from_its_wheel(catalog):
