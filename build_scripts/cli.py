@@ -58,7 +58,9 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> BuildOptio
         tp=args.tp,
         arch=args.arch,
         trtllm_examples=args.trtllm_examples,
-        calib_dataset=args.calib_dataset,
+        # A local folder is made absolute: the tools run in the build's scratch folder.
+        calib_dataset=str(Path(args.calib_dataset).absolute()) if args.calib_dataset and Path(args.calib_dataset).exists()
+        else args.calib_dataset,
         hf_hub_cache=hf_hub_cache(env, Path.home()),
         build_id=str(os.getpid()),
     )

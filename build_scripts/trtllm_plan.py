@@ -39,6 +39,7 @@ def convert_step(spec: BuildSpec, options: BuildOptions, python: str, source: Pa
 
 def quantize_step(spec: BuildSpec, options: BuildOptions, python: str, source: Path, out: Path) -> Step:
     quant = spec.quantization
+    dataset = options.calib_dataset or quant.calib_dataset
     script = options.trtllm_examples / "quantization" / "quantize.py"
     pairs = [
         ("--model_dir", source),
@@ -46,16 +47,16 @@ def quantize_step(spec: BuildSpec, options: BuildOptions, python: str, source: P
         ("--dtype", spec.recipe.target.dtype),
         ("--qformat", quant.qformat),
         ("--calib_size", quant.calib_size),
-        ("--calib_dataset", options.calib_dataset or quant.calib_dataset),
+        ("--calib_dataset", dataset),
         ("--tp_size", spec.tp_size),
     ]
     if quant.kv_cache_dtype:
         pairs.insert(4, ("--kv_cache_dtype", quant.kv_cache_dtype))
-    where = "a local folder" if Path(options.calib_dataset or quant.calib_dataset).is_absolute() else (
+    where = "a local folder" if Path(dataset).is_absolute() else (
         "from the Hugging Face hub or its datasets cache; air-gapped sites pass --calib-dataset DIR")
-    return Step("quantize", f"quantise to {quant.qformat} with NVIDIA ModelOpt, calibrated on the GPU with "
-                f"{quant.calib_size} samples of {options.calib_dataset or quant.calib_dataset} ({where})",
-                argv=(python, str(script), *flags(QUANTIZE_TOOL, pairs)), tool=QUANTIZE_TOOL)
+    description = (f"quantise to {quant.qformat} with NVIDIA ModelOpt, calibrated on the GPU with "
+                   f"{quant.calib_size} samples of {dataset} ({where})")
+    return Step("quantize", description, argv=(python, str(script), *flags(QUANTIZE_TOOL, pairs)), tool=QUANTIZE_TOOL)
 
 
 def build_step(spec: BuildSpec, trtllm_build: str, checkpoint_dir: Path, out: Path) -> Step:
