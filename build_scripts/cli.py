@@ -1,78 +1,155 @@
-"""`inferno build` and `inferno models catalog`."""
+"""`inferno build` and `inferno models catalog`.
+
+The only place the build reads environment variables (INFERNO_ENGINES_DIR, INFERNO_RECIPES_DIR,
+INFERNO_TRTLLM_EXAMPLES, the Hugging Face cache variables, CUDA_VISIBLE_DEVICES); everything below
+receives plain values.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
-from build_scripts.catalog import Recipe, RecipeError, load_catalog
-from build_scripts.plan import BuildOptions, Plan
-from build_scripts.preflight import PreflightError
+from build_scripts.catalog import RecipeError, find_recipe, load_catalog
+from build_scripts.plan import DEFAULT_EXAMPLES, BuildOptions, BuildSpec, Plan, resolve_spec
+from build_scripts.preflight import PreflightError, preflight
+from build_scripts.sources import Checkpoint, hf_hub_cache, resolve_checkpoint
 
 
-def _recipe_dirs(args: argparse.Namespace) -> tuple[Path, ...]:
-    folder = args.recipes_dir or os.environ.get("INFERNO_RECIPES_DIR")
+def _recipe_dirs(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Path, ...]:
+    folder = args.recipes_dir or env.get("INFERNO_RECIPES_DIR")
     return (Path(folder),) if folder else ()
 
 
-def make_plan(recipe: Recipe, options: BuildOptions) -> Plan:
-    if recipe.target.backend == "hf":
-        from build_scripts.hf_engine import plan_hf
-
-        return plan_hf(recipe, options)
-    raise PreflightError(f"recipe {recipe.name}: the {recipe.target.backend} build is not available in this version")
-
-
-def build_command(argv: list[str]) -> int:
+def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inferno build", description="Build an engine ahead of time.")
     parser.add_argument("model", help="a catalog name (see: inferno models catalog)")
     parser.add_argument("--checkpoint", type=Path, help="local checkpoint folder (default: the recipe's source)")
+    parser.add_argument("--quant", help="a quantisation the recipe allows, e.g. fp8 (default: none)")
+    parser.add_argument("--tp", type=int, help="tensor-parallel size, one GPU per rank (default: the recipe's)")
+    parser.add_argument("--arch", help="target GPU architecture, e.g. sm90 (default: the recipe's)")
     parser.add_argument("--name", help="engine folder name (default: the model name)")
-    parser.add_argument("--engines-dir", type=Path, default=Path(os.environ.get("INFERNO_ENGINES_DIR", "engines")))
+    parser.add_argument("--engines-dir", type=Path, default=Path(env.get("INFERNO_ENGINES_DIR", "engines")))
     parser.add_argument("--recipes-dir", type=Path, help="extra folder of recipe .toml files")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    parser.add_argument(
+        "--trtllm-examples",
+        type=Path,
+        default=Path(env.get("INFERNO_TRTLLM_EXAMPLES", DEFAULT_EXAMPLES)),
+        help=f"TensorRT-LLM's examples/ folder (default: {DEFAULT_EXAMPLES}, as in the official container)",
+    )
+    parser.add_argument("--calib-dataset", help="FP8 calibration dataset: a local folder on air-gapped sites")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and what preflight finds, then exit")
     parser.add_argument("--force", action="store_true", help="rebuild even if the engine is up to date")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> BuildOptions:
+    return BuildOptions(
+        engines_dir=args.engines_dir,
+        checkpoint=args.checkpoint,
+        name=args.name,
+        force=args.force,
+        quant=args.quant,
+        tp=args.tp,
+        arch=args.arch,
+        trtllm_examples=args.trtllm_examples,
+        # A local folder is made absolute: the tools run in the build's scratch folder.
+        calib_dataset=str(Path(args.calib_dataset).absolute()) if args.calib_dataset and Path(args.calib_dataset).exists()
+        else args.calib_dataset,
+        hf_hub_cache=hf_hub_cache(env, Path.home()),
+        build_id=str(os.getpid()),
+    )
+
+
+def make_plan(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Mapping[str, str]) -> Plan:
+    from build_scripts.environment import probe
+
+    machine = probe(spec.recipe.target.backend, options.engines_dir, env.get("CUDA_VISIBLE_DEVICES"))
+    if spec.recipe.target.backend == "hf":
+        from build_scripts.hf_engine import plan_hf
+
+        return plan_hf(spec, options, checkpoint, machine)
+    from build_scripts.trtllm_plan import plan_trtllm
+
+    return plan_trtllm(spec, options, checkpoint, machine)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM cleans up like Ctrl-C: the temporary folders go, the engine folder stays as it was."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        catalog = load_catalog(_recipe_dirs(args))
-        recipe = catalog.get(args.model)
-        if recipe is None:
-            raise PreflightError(f"no recipe named {args.model!r}; known: {', '.join(sorted(catalog))}")
-        options = BuildOptions(
-            engines_dir=args.engines_dir, checkpoint=args.checkpoint, name=args.name, force=args.force
-        )
-        plan = make_plan(recipe, options)
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _refusal(plan: Plan, problems: tuple[str, ...]) -> str:
+    items = "\n".join("  - " + problem.replace("\n", "\n    ") for problem in problems)
+    return f"cannot build {plan.name} here; nothing was written:\n{items}"
+
+
+def build_command(argv: list[str], env: Mapping[str, str] | None = None) -> int:
+    env = os.environ if env is None else env
+    args = _parser(env).parse_args(argv)
+    try:
+        recipe = find_recipe(load_catalog(_recipe_dirs(args, env)), args.model)
+        options = options_from(args, env)
+        spec = resolve_spec(recipe, options)
+        checkpoint = resolve_checkpoint(recipe, options.checkpoint, options.hf_hub_cache)
+        plan = make_plan(spec, options, checkpoint, env)
+        problems = preflight(plan)
         if args.dry_run:
-            print(plan.render())
+            print(plan.render(problems))
             return 0
-        from build_scripts.runner import is_up_to_date, run_plan
+        from build_scripts.runner import is_up_to_date
 
         if not args.force and is_up_to_date(plan):
             print(f"{plan.output} is up to date (fingerprint {plan.fingerprint[:19]}…); --force rebuilds it")
             return 0
-        run_plan(plan)
-        return 0
+        if problems:
+            raise PreflightError(_refusal(plan, problems))
     except (RecipeError, PreflightError) as exc:
         print(f"inferno build: {exc}", file=sys.stderr)
         return 2
+    return _run(plan)
+
+
+def _run(plan: Plan) -> int:
+    from build_scripts.runner import run_plan
+
+    try:
+        with _terminate_as_interrupt():
+            run_plan(plan)
+        return 0
     except KeyboardInterrupt:
-        print("inferno build: interrupted; nothing was written", file=sys.stderr)
+        print("inferno build: interrupted; the temporary folders were removed, no engine was written", file=sys.stderr)
         return 130
+    except Exception as exc:  # the step's full output is in the kept log the runner named
+        print(f"inferno build: the build failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
-def catalog_command(argv: list[str]) -> int:
+def catalog_command(argv: list[str], env: Mapping[str, str] | None = None) -> int:
+    env = os.environ if env is None else env
     parser = argparse.ArgumentParser(prog="inferno models catalog", description="What can be built.")
     parser.add_argument("--recipes-dir", type=Path, help="extra folder of recipe .toml files")
     args = parser.parse_args(argv)
     try:
-        catalog = load_catalog(_recipe_dirs(args))
+        catalog = load_catalog(_recipe_dirs(args, env))
     except RecipeError as exc:
         print(f"inferno models catalog: {exc}", file=sys.stderr)
         return 2
-    print(f"{'name':<28} {'backend':<8} {'dtype':<9} {'params':>8}  description")
-    for name, recipe in sorted(catalog.items()):
-        params = f"{recipe.parameters / 1e9:.1f}B" if recipe.parameters >= 1e9 else f"{recipe.parameters / 1e6:.0f}M"
-        print(f"{name:<28} {recipe.target.backend:<8} {recipe.target.dtype:<9} {params:>8}  {recipe.description}")
+    from build_scripts.catalog_view import render_catalog
+
+    print(render_catalog(catalog))
     return 0

