@@ -23,6 +23,7 @@ Backend = Literal["hf", "trtllm"]
 # would be one more value here (see docs/building.md).
 EngineFormat = Literal["hf-safetensors", "trt-engine"]
 IMPLIED_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine"}
+BACKEND_FORMATS: dict[str, tuple[EngineFormat, ...]] = {"hf": ("hf-safetensors",), "trtllm": ("trt-engine",)}
 
 
 class _Frozen(BaseModel):
@@ -111,6 +112,12 @@ class EngineManifest(_Frozen):
     @property
     def engine_format(self) -> EngineFormat:
         return self.format or IMPLIED_FORMAT[self.backend]
+
+    @model_validator(mode="after")
+    def _format_fits_backend(self) -> EngineManifest:
+        if self.engine_format not in BACKEND_FORMATS[self.backend]:
+            raise ValueError(f"the {self.backend} backend cannot serve the {self.engine_format} format")
+        return self
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)

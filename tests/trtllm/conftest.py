@@ -103,6 +103,7 @@ def make_trtllm_engine(
     manifest.update(
         name=name,
         backend="trtllm",
+        format="trt-engine",
         dtype="bfloat16",
         limits={key: build_config[key] for key in ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens")},
         parallel={"tp_size": tp, "pp_size": 1},

@@ -72,3 +72,9 @@ def test_discovery_keeps_good_engines_and_reports_bad_ones(engines, default_engi
     assert list(catalogue.engines) == ["good"]
     assert list(catalogue.refused) == ["broken"]
     assert "tokenizer.json" in catalogue.refused["broken"].reason
+
+
+def test_a_format_the_backend_cannot_serve_is_refused(engines):
+    edit_manifest(engines / "good", lambda d: d.update(format="trt-engine"))
+    with pytest.raises(EngineRefused, match="cannot serve the trt-engine format"):
+        load_manifest(engines / "good")
