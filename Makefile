@@ -37,7 +37,7 @@ test: default-engine
 	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) $(BIN)/pytest $(PYTEST_ARGS)
 
 # TensorRT engines build with the Python that has TensorRT-LLM 1.2.1: in an image with Inferno installed
-# beside it (deploy/Dockerfile.gpu), INFERNO=inferno uses that one instead of setting up .venv.
+# beside it (deploy/docker/gpu.Dockerfile), INFERNO=inferno uses that one instead of setting up .venv.
 INFERNO ?= $(BIN)/inferno
 build-engine: $(if $(filter $(BIN)/inferno,$(INFERNO)),setup)
 	$(INFERNO) build $(MODEL) --engines-dir $(ENGINES_DIR) $(if $(QUANT),--quant $(QUANT)) $(if $(TP),--tp $(TP)) $(BUILD_ARGS)

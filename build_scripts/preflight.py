@@ -28,7 +28,7 @@ def trtllm_missing(python: str, model: str) -> str:
     return (
         f"TensorRT-LLM is not installed (in {python}). TensorRT engines are built with TensorRT-LLM "
         f"{REQUIRED_TRTLLM}, the last line with the TensorRT engine path. Either:\n"
-        f"  * build in Inferno's GPU image (deploy/Dockerfile.gpu, on NVIDIA's {TRTLLM_CONTAINER}): "
+        f"  * build in Inferno's GPU image (deploy/docker/gpu.Dockerfile, on NVIDIA's {TRTLLM_CONTAINER}): "
         f"make build-engine MODEL={model} INFERNO=inferno, or inferno build {model};\n"
         f"  * or in NVIDIA's container itself with Inferno installed (pip install -e .): it has TensorRT-LLM, "
         f"TensorRT, CUDA and the example scripts (/app/tensorrt_llm/examples);\n"

@@ -29,6 +29,10 @@ class WorkerConfig(_Section):
     threads: int | None = Field(None, ge=1, description="CPU threads per hf worker (default: all cores)")
     load_timeout_s: float = Field(300.0, gt=0, description="give up on a model load after this long")
     spare: bool = Field(True, description="keep one worker started and its runtime imported, for fast loads")
+    capacity_policy: Literal["guaranteed_no_evict", "max_utilization"] = Field(
+        "guaranteed_no_evict",
+        description="TensorRT-LLM's capacity scheduler: admit only what can finish, or fill the KV cache and pause",
+    )
     stop_timeout_s: float = Field(10.0, gt=0, description="wait this long for a worker to exit, then kill it")
     kv_cache_bytes: int | None = Field(
         None, ge=1, description="KV cache budget per model in bytes (default: the engine manifest's)"

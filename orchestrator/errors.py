@@ -64,6 +64,10 @@ class WorkerCrashed(ModelUnavailable):
     """The model's worker process died while the request was in flight."""
 
 
+class EngineDead(ModelUnavailable):
+    """The engine stopped for good (its loop died): the worker exits so the model is loaded afresh."""
+
+
 class EngineError(InfernoError):
     """The engine failed while running the request."""
 
@@ -93,6 +97,7 @@ ERROR_TABLE: dict[type[InfernoError], ErrorKind] = {
     BackendUnavailable: ErrorKind(503, "service_unavailable", "backend_unavailable"),
     OutOfMemory: ErrorKind(503, "service_unavailable", "out_of_memory"),
     WorkerCrashed: ErrorKind(503, "service_unavailable", "worker_crashed"),
+    EngineDead: ErrorKind(503, "service_unavailable", "engine_stopped"),
     ShuttingDown: ErrorKind(503, "service_unavailable", "shutting_down"),
 }
 

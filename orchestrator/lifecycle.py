@@ -34,6 +34,7 @@ class Choice:
     completion_tokens: int = 0
     finish: FinishReason | None = None
     error: InfernoError | None = None
+    logprobs: list[tuple[str, float]] | None = None  # every token's, for a whole (non-streamed) response
 
 
 @dataclass
@@ -73,6 +74,10 @@ class InferenceRequest:
                 self.first_token = now
             self.last_token = now
             choice.completion_tokens += delta.num_tokens
+        if delta.logprobs is not None and not self.stream:
+            if choice.logprobs is None:
+                choice.logprobs = []
+            choice.logprobs.extend(delta.logprobs)
         if delta.finish is not None:
             choice.finish = delta.finish
             if delta.error is not None:

@@ -18,7 +18,8 @@ COPY build_scripts build_scripts
 # extra's transformers pin would fight TensorRT-LLM's own. Fail the build if the base's version drifts.
 RUN pip install . \
  && python -c "from importlib.metadata import version; v = version('tensorrt_llm'); assert v == '1.2.1', v"
-ENV INFERNO_HOST=0.0.0.0 \
+ENV INFERNO=inferno \
+    INFERNO_HOST=0.0.0.0 \
     INFERNO_PORT=8000 \
     INFERNO_ENGINES_DIR=/engines \
     INFERNO_DRAIN_TIMEOUT_S=30

@@ -39,8 +39,8 @@ async def serve_generation(
     state = http.app[STATE]
     slot = state.scheduler.slot_for(wire.model)
     engine = slot.engine
-    request = wire.to_inference_request(engine, id_prefix)
     priority = request_priority(wire.service_tier, slot.settings.priority_class)
+    request = wire.to_inference_request(engine, id_prefix, priority.in_engine)
     fmt = Format(fmt.object_name, fmt.chunk_name, fmt.chat, f"fp_{engine.manifest.build.fingerprint.split(':')[-1][:12]}")
     http_status = 200
     try:
@@ -81,6 +81,7 @@ async def _stream(http: web.Request, request: InferenceRequest, fmt: Format, inc
     a plain JSON error with its status; after that, an error is an SSE error event."""
     created = now()
     response: web.StreamResponse | None = None
+    offsets = [0] * len(request.choices)  # characters streamed per choice, for text completions' logprobs
     while True:
         deltas = await next_deltas(request)
         out = bytearray()
@@ -97,8 +98,12 @@ async def _stream(http: web.Request, request: InferenceRequest, fmt: Format, inc
                 request.finish(RequestStatus.FINISHED_ERROR)
                 await response.write(bytes(out) + sse(error_body(choice.error)) + DONE)
                 return response
-            if delta.text or delta.finish is not None:
-                chunk = fmt.chunk(request, created, choice.index, delta.text, delta.finish, include_usage=include_usage)
+            if delta.text or delta.finish is not None or delta.logprobs:
+                chunk = fmt.chunk(
+                    request, created, choice.index, delta.text, delta.finish, include_usage=include_usage,
+                    logprobs=delta.logprobs, offset=offsets[choice.index],
+                )
+                offsets[choice.index] += len(delta.text)
                 out += sse(chunk)
         if request.all_finished:
             request.finish(request.final_status())

@@ -9,9 +9,32 @@ import time
 from dataclasses import dataclass
 
 from orchestrator.engine.request import FinishReason
-from orchestrator.lifecycle import InferenceRequest
+from orchestrator.lifecycle import Choice, InferenceRequest
 
 OPENAI_FINISH = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
+
+
+def chat_logprobs(pairs: list[tuple[str, float]] | None) -> dict | None:
+    if pairs is None:
+        return None
+    content = [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []} for t, lp in pairs]
+    return {"content": content, "refusal": None}
+
+
+def text_logprobs(pairs: list[tuple[str, float]] | None, offset: int = 0) -> dict | None:
+    """The legacy completions shape; `offset` is where these tokens start in the choice's text."""
+    if pairs is None:
+        return None
+    offsets = []
+    for token, _ in pairs:
+        offsets.append(offset)
+        offset += len(token)
+    return {
+        "tokens": [t for t, _ in pairs],
+        "token_logprobs": [lp for _, lp in pairs],
+        "top_logprobs": None,
+        "text_offset": offsets,
+    }
 
 
 def usage(request: InferenceRequest) -> dict:
@@ -39,16 +62,17 @@ class Format:
     # -- whole responses ----------------------------------------------------------------------------------
     def response(self, request: InferenceRequest, texts: list[str], created: int) -> dict:
         body = self._envelope(request, self.object_name, created)
-        body["choices"] = [self._final_choice(c.index, texts[c.index], c.finish) for c in request.choices]
+        body["choices"] = [self._final_choice(c, texts[c.index]) for c in request.choices]
         body["usage"] = usage(request)
         return body
 
-    def _final_choice(self, index: int, text: str, finish: FinishReason | None) -> dict:
-        reason = OPENAI_FINISH.get(finish)
+    def _final_choice(self, choice: Choice, text: str) -> dict:
+        reason = OPENAI_FINISH.get(choice.finish)
         if self.chat:
             message = {"role": "assistant", "content": text, "refusal": None}
-            return {"index": index, "message": message, "logprobs": None, "finish_reason": reason}
-        return {"index": index, "text": text, "logprobs": None, "finish_reason": reason}
+            return {"index": choice.index, "message": message, "logprobs": chat_logprobs(choice.logprobs),
+                    "finish_reason": reason}
+        return {"index": choice.index, "text": text, "logprobs": text_logprobs(choice.logprobs), "finish_reason": reason}
 
     # -- stream chunks ------------------------------------------------------------------------------------
     def chunk(
@@ -60,15 +84,19 @@ class Format:
         finish: FinishReason | None = None,
         role: bool = False,
         include_usage: bool = False,
+        logprobs: list[tuple[str, float]] | None = None,
+        offset: int = 0,
     ) -> dict:
         body = self._envelope(request, self.chunk_name, created)
+        reason = OPENAI_FINISH.get(finish)
         if self.chat:
             delta: dict = {"role": "assistant", "content": ""} if role else {}
             if text:
                 delta["content"] = text
-            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": OPENAI_FINISH.get(finish)}
+            choice = {"index": index, "delta": delta, "logprobs": chat_logprobs(logprobs), "finish_reason": reason}
         else:
-            choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": OPENAI_FINISH.get(finish)}
+            choice = {"index": index, "text": text or "", "logprobs": text_logprobs(logprobs, offset),
+                      "finish_reason": reason}
         body["choices"] = [choice]
         if include_usage:
             body["usage"] = None

@@ -69,7 +69,6 @@ class _GenerationRequest(_Wire):
     frequency_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
     user: str | None = None
     service_tier: str | None = None  # "flex" runs as batch priority, "priority" as interactive
-    logprobs: Any = None
     logit_bias: dict[str, float] | None = None
 
     @field_validator("stop")
@@ -93,12 +92,28 @@ class _GenerationRequest(_Wire):
     def prompt_ids(self, engine: Engine) -> list[int]:
         raise NotImplementedError
 
+    def wants_logprobs(self) -> bool:
+        raise NotImplementedError
+
+    def top_logprobs_asked(self) -> int:
+        raise NotImplementedError
+
     def _check_supported(self, engine: Engine) -> None:
-        if self.logprobs:
-            raise UnsupportedParameter("logprobs are not supported by this server yet", param="logprobs")
+        features = features_of(engine.manifest)
+        if self.wants_logprobs() and not features.logprobs:
+            raise UnsupportedParameter(
+                f"logprobs are not supported by the '{engine.manifest.backend}' backend that serves model "
+                f"'{engine.name}'",
+                param="logprobs",
+            )
+        if self.top_logprobs_asked():
+            raise UnsupportedParameter(
+                "only the chosen token's log probability is available: ask for 0 alternatives",
+                param=self.TOP_LOGPROBS_PARAM,
+            )
         if self.logit_bias:
             raise UnsupportedParameter("logit_bias is not supported by this server", param="logit_bias")
-        if (self.presence_penalty or self.frequency_penalty) and not features_of(engine.manifest).penalties:
+        if (self.presence_penalty or self.frequency_penalty) and not features.penalties:
             raise UnsupportedParameter(
                 f"presence_penalty and frequency_penalty are not supported by the '{engine.manifest.backend}' "
                 f"backend that serves model '{engine.name}'; leave them at 0",
@@ -118,7 +133,7 @@ class _GenerationRequest(_Wire):
             frequency_penalty=self.frequency_penalty,
         )
 
-    def to_inference_request(self, engine: Engine, id_prefix: str) -> InferenceRequest:
+    def to_inference_request(self, engine: Engine, id_prefix: str, priority: int = 0) -> InferenceRequest:
         """The checked, engine-ready request; raises InvalidRequest (400) naming what is wrong."""
         self._check_supported(engine)
         prompt = self.prompt_ids(engine)
@@ -151,6 +166,8 @@ class _GenerationRequest(_Wire):
                     max_new_tokens=max_tokens or room,
                     sampling=self._sampling(engine, i),
                     stop=stops,
+                    priority=priority,
+                    logprobs=self.wants_logprobs(),
                 ),
             )
             for i in range(self.n)
@@ -164,13 +181,21 @@ class _GenerationRequest(_Wire):
 class ChatCompletionRequest(_GenerationRequest):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    top_logprobs: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
     response_format: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
 
     PROMPT_PARAM: ClassVar[str] = "messages"
+    TOP_LOGPROBS_PARAM: ClassVar[str] = "top_logprobs"
+
+    def wants_logprobs(self) -> bool:
+        return bool(self.logprobs)
+
+    def top_logprobs_asked(self) -> int:
+        return self.top_logprobs or 0
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -191,7 +216,16 @@ class ChatCompletionRequest(_GenerationRequest):
 
 class CompletionRequest(_GenerationRequest):
     prompt: str | Annotated[list[int], Field(min_length=1)] | Annotated[list[str], Field(min_length=1, max_length=1)]
+    logprobs: Annotated[int, Field(ge=0, le=5)] | None = None  # alternatives per token; 0: the chosen one only
     echo: bool = False
+
+    TOP_LOGPROBS_PARAM: ClassVar[str] = "logprobs"
+
+    def wants_logprobs(self) -> bool:
+        return self.logprobs is not None
+
+    def top_logprobs_asked(self) -> int:
+        return self.logprobs or 0
     suffix: str | None = None
     best_of: int | None = None
 

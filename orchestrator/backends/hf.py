@@ -12,7 +12,7 @@ import logging
 
 from orchestrator.backends.protocol import BackendSettings, BackendStats, LoadReport
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
-from orchestrator.errors import BackendUnavailable, EngineError
+from orchestrator.errors import BackendUnavailable, EngineDead
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class HfBackend:
         )
         try:
             if accepted is None:
-                raise EngineError("the hf engine is stopping and takes no new requests")
+                raise EngineDead("the hf engine's generation loop has stopped")
             async for delta in self._deltas(queue):
                 yield delta
         finally:
@@ -154,6 +154,8 @@ class HfBackend:
             tokens = output.generated_tokens
             new, sent = tokens[sent:], len(tokens)
             if output.status == RequestStatus.FAILED:
+                if not self._manager.is_running():  # the loop itself died, not just this request
+                    raise EngineDead(f"the hf engine's generation loop stopped: {output.error}")
                 yield TokenDelta(new, FinishReason.ERROR, error=output.error or "the hf engine failed")
                 return
             if output.is_finished():

@@ -25,7 +25,7 @@ from orchestrator.backends.trtllm_responses import ResponsePump, ResponseReader,
 from orchestrator.backends.trtllm_runtime import Runtime, check_engine, load_runtime, visible_gpus
 from orchestrator.backends.trtllm_stats import IterationStatsReader
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
-from orchestrator.errors import EngineError, QueueFull
+from orchestrator.errors import EngineDead, EngineError, QueueFull
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class TrtllmBackend:
 
     async def submit(self, request: EngineRequest):
         if self._failure is not None:
-            raise EngineError(self._failure)
+            raise EngineDead(f"the TensorRT-LLM executor stopped: {self._failure}")
         trt_request = self._requests.build(request)
         try:
             trt_id = self._executor.enqueue_request(trt_request)
@@ -112,6 +112,8 @@ class TrtllmBackend:
                 if update.final:
                     finished = True
                     self._forget(request.id, trt_id)
+                    if self._failure is not None:  # the executor itself broke: the worker must start over
+                        raise EngineDead(f"the TensorRT-LLM executor stopped: {self._failure}")
                     yield update.delta
                 elif update.delta.token_ids:
                     yield update.delta

@@ -30,7 +30,7 @@ CONTAINER = f"nvcr.io/nvidia/tensorrt-llm/release:{PINNED_VERSION}"
 INSTALL_HINT = (
     f"install it from NVIDIA's package index (pip install --extra-index-url https://pypi.nvidia.com "
     f"tensorrt_llm=={PINNED_VERSION}) or run Inferno in the official container {CONTAINER} "
-    "(the project's GPU image, deploy/Dockerfile.gpu, builds on it)"
+    "(the project's GPU image, deploy/docker/gpu.Dockerfile, builds on it)"
 )
 
 

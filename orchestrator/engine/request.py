@@ -80,11 +80,14 @@ class TextDelta:
     num_tokens: int  # tokens this delta accounts for (text may lag tokens across a split character)
     finish: FinishReason | None = None
     error: dict | None = None  # errors.to_wire() of the failure, with finish=ERROR
+    logprobs: list[tuple[str, float]] | None = None  # (token text, log probability) per token, when asked
 
     def to_wire(self) -> list:
-        return [self.request_id, self.text, self.num_tokens, self.finish and self.finish.value, self.error]
+        row = [self.request_id, self.text, self.num_tokens, self.finish and self.finish.value, self.error]
+        return row if self.logprobs is None else [*row, self.logprobs]
 
     @classmethod
     def from_wire(cls, row: list) -> TextDelta:
-        rid, text, num_tokens, finish, error = row
-        return cls(rid, text, num_tokens, FinishReason(finish) if finish else None, error)
+        rid, text, num_tokens, finish, error, *rest = row
+        logprobs = [tuple(pair) for pair in rest[0]] if rest else None
+        return cls(rid, text, num_tokens, FinishReason(finish) if finish else None, error, logprobs)

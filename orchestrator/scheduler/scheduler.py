@@ -298,6 +298,7 @@ class Scheduler:
             kv_cache_bytes=self._kv_bytes(slot),
             device=self._config.worker.device,
             threads=self._config.worker.threads,
+            capacity_policy=self._config.worker.capacity_policy,
         )
         worker = WorkerClient(slot.name, await self.pool.take(), on_exit=self._on_worker_exit)
         try:

@@ -65,8 +65,9 @@ class Channel:
             raise ChannelClosed("channel is closed")
         self._writer.write(encode_frame(message))
 
-    async def drain(self) -> None:
-        if self._writer.transport.get_write_buffer_size() > _HIGH_WATER:
+    async def drain(self, force: bool = False) -> None:
+        """Wait for queued frames to leave: always with force, else only past the high-water mark."""
+        if force or self._writer.transport.get_write_buffer_size() > _HIGH_WATER:
             try:
                 await self._writer.drain()
             except ConnectionError as exc:

@@ -30,11 +30,12 @@ from orchestrator.backends import create_backend, preload_backends
 from orchestrator.backends.protocol import Backend, BackendSettings
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta
-from orchestrator.errors import EngineError, InfernoError, OutOfMemory, to_wire
+from orchestrator.errors import EngineDead, EngineError, InfernoError, OutOfMemory, to_wire
 from orchestrator.worker.ipc import Channel, ChannelClosed
 from orchestrator.worker.outputs import SequenceOutput
 
 log = logging.getLogger("inferno.worker")
+EXIT_ENGINE_DEAD = 3  # the engine stopped for good; the server loads the model afresh
 
 
 @dataclass(frozen=True)
@@ -68,12 +69,27 @@ class Worker:
         self._runs: dict[str, _Run] = {}
         self._outbox: list[list] = []
         self._flush_pending = False
+        self.engine_dead = asyncio.Event()
 
     async def serve(self) -> None:
-        """Handle messages until the HTTP process asks to shut down or goes away."""
+        """Handle messages until the HTTP process asks to shut down, goes away, or the engine dies."""
+        dead = asyncio.create_task(self.engine_dead.wait())
+        try:
+            await self._handle_messages(dead)
+        finally:
+            dead.cancel()
+
+    async def _handle_messages(self, dead: asyncio.Task) -> None:
         while True:
+            receive = asyncio.ensure_future(self._channel.recv())
+            await asyncio.wait([receive, dead], return_when=asyncio.FIRST_COMPLETED)
+            if dead.done():
+                receive.cancel()
+                self._flush()
+                await self._channel.drain(force=True)
+                return
             try:
-                message = await self._channel.recv()
+                message = receive.result()
             except ChannelClosed:
                 return
             kind = message["kind"]
@@ -110,6 +126,10 @@ class Worker:
                     self._emit(text)
                     if run.output.stopped:
                         self._backend.cancel(request.id)  # a stop string ended it: free the slot now
+        except EngineDead as exc:
+            log.error("%s; exiting so the model is loaded afresh", exc.message)
+            self._emit(TextDelta(request.id, "", 0, FinishReason.ERROR, to_wire(exc)))
+            self.engine_dead.set()
         except InfernoError as exc:
             self._emit(TextDelta(request.id, "", 0, FinishReason.ERROR, to_wire(exc)))
         except Exception as exc:
@@ -191,11 +211,12 @@ async def main_async(fd: int, preload: tuple[str, ...]) -> int:
         await watchdog  # the channel has one reader at a time
     rss = psutil.Process().memory_info().rss
     channel.send({"kind": "ready", "load": asdict(report), "rss_bytes": rss, "pid": os.getpid()})
+    worker = Worker(channel, backend, tokenizer)
     try:
-        await Worker(channel, backend, tokenizer).serve()
+        await worker.serve()
     finally:
         await backend.close()
-    return 0
+    return EXIT_ENGINE_DEAD if worker.engine_dead.is_set() else 0
 
 
 def _name_the_log(model: str) -> None:

@@ -18,6 +18,7 @@ class SequenceOutput:
 
     def __init__(self, request: EngineRequest, tokenizer: Tokenizer):
         self.request_id = request.id
+        self._tokenizer = tokenizer
         self._detokenizer = IncrementalDetokenizer(tokenizer)
         self._stops = StopMatcher(request.stop)
         self.stopped = False
@@ -28,15 +29,24 @@ class SequenceOutput:
             return None  # the backend's late tokens after a stop string: already finished
         text, hit = self._stops.push(self._detokenizer.push(delta.token_ids))
         count = len(delta.token_ids)
+        logprobs = self._token_logprobs(delta)
         if hit:
             self.stopped = True
-            return TextDelta(self.request_id, text, count, FinishReason.STOP)
+            return TextDelta(self.request_id, text, count, FinishReason.STOP, logprobs=logprobs)
         if delta.finish is FinishReason.ERROR:
             error = to_wire(EngineError(delta.error or "the engine failed this request"))
             return TextDelta(self.request_id, text, count, FinishReason.ERROR, error)
         if delta.finish is not None:
             text += self._stops.flush()
-            return TextDelta(self.request_id, text, count, delta.finish)
+            return TextDelta(self.request_id, text, count, delta.finish, logprobs=logprobs)
         if not text and not count:
             return None
-        return TextDelta(self.request_id, text, count)
+        return TextDelta(self.request_id, text, count, logprobs=logprobs)
+
+    def _token_logprobs(self, delta: TokenDelta) -> list[tuple[str, float]] | None:
+        """Each token's own text, as in the output (special tokens are empty; a character split across tokens
+        shows as U+FFFD in each), and its log probability."""
+        if delta.logprobs is None:
+            return None
+        decode = self._tokenizer.decode
+        return [(decode([t], skip_special_tokens=True), lp) for t, lp in zip(delta.token_ids, delta.logprobs, strict=True)]

@@ -32,7 +32,7 @@ def test_missing_tensorrt_llm_says_which_version_and_where_to_get_it(catalog, re
     env = machine(tools={**machine().tools, "tensorrt_llm": MISSING}, trtllm_build=None)
     (problem,) = problems_of(catalog, env, **ready)
     for expected in ("TensorRT-LLM is not installed", "1.2.1", "nvcr.io/nvidia/tensorrt-llm/release:1.2.1",
-                     "deploy/Dockerfile.gpu", "https://pypi.nvidia.com", "--trtllm-examples"):
+                     "deploy/docker/gpu.Dockerfile", "https://pypi.nvidia.com", "--trtllm-examples"):
         assert expected in problem
 
 

@@ -158,6 +158,44 @@ def test_concurrent_streams_all_complete(trt_server):
     assert len(texts) == 8 and len(set(texts)) == 1 and texts[0]  # greedy, same prompt: one answer
 
 
+# -- log probabilities ------------------------------------------------------------------------------------------
+def test_chat_logprobs_cover_every_token_of_the_answer(client, trt_server):
+    reply = client.chat.completions.create(
+        model=trt_server.model, messages=CAPITAL, temperature=0, max_tokens=12, logprobs=True
+    )
+    content = reply.choices[0].logprobs.content
+    assert len(content) == reply.usage.completion_tokens
+    assert "".join(entry.token for entry in content) == reply.choices[0].message.content
+    assert all(entry.logprob <= 0 and entry.top_logprobs == [] for entry in content)
+    assert all(bytes(entry.bytes).decode() == entry.token for entry in content)
+
+
+def test_streamed_chat_logprobs_arrive_with_their_tokens(client, trt_server):
+    chunks = list(client.chat.completions.create(
+        model=trt_server.model, messages=CAPITAL, temperature=0, max_tokens=12, logprobs=True, stream=True
+    ))
+    tokens = [e.token for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert "".join(tokens) == _text(chunks)
+
+
+def test_text_completion_logprobs_in_the_legacy_shape(client, trt_server):
+    reply = _complete(client, trt_server, max_tokens=6, logprobs=0)
+    logprobs = reply.choices[0].logprobs
+    assert len(logprobs.tokens) == len(logprobs.token_logprobs) == 6
+    assert "".join(logprobs.tokens) == reply.choices[0].text
+    assert logprobs.text_offset[0] == 0
+    assert logprobs.text_offset[1] == len(logprobs.tokens[0])
+
+
+def test_alternative_tokens_are_refused_clearly(client, trt_server):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=trt_server.model, messages=CAPITAL, logprobs=True, top_logprobs=3)
+    assert caught.value.body["param"] == "top_logprobs"
+    with pytest.raises(openai.BadRequestError) as caught:
+        _complete(client, trt_server, max_tokens=2, logprobs=2)
+    assert caught.value.body["param"] == "logprobs"
+
+
 # -- cancellation -----------------------------------------------------------------------------------------------
 def _idle(trt_server) -> bool:
     samples = scrape(trt_server.base_url)
