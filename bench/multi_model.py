@@ -86,27 +86,30 @@ async def run_multi_model(engine: Path, workdir: Path, rounds: int, max_tokens: 
     engines.mkdir(parents=True, exist_ok=True)
     for name in MODELS:
         copy_engine(engine, engines, name)
-    server = start_server(
-        engines, workdir / "multi-model-server.log",
+    report = {"models": list(MODELS), "capacity_bytes": CAPACITY, "kv_cache_bytes": KV_BYTES}
+    # The spare refill policy trades swap time against interference with the requests after a swap.
+    for refill in ("when-idle", "after-load"):
+        server = _start(engines, workdir / f"multi-model-{refill}.log", refill)
+        try:
+            variant = {}
+            if refill == "when-idle":
+                variant["cold_load_empty_device"] = await _cold_loads(server, rounds, max_tokens)
+                variant["swaps_with_warm_spare"] = await _pairs(server, rounds, max_tokens, warm_spare=True)
+            variant["swaps_back_to_back"] = await _pairs(server, rounds, max_tokens, warm_spare=False)
+            variant["evictions"] = {m["name"]: m["evictions"] for m in _admin(server)["models"]}
+        finally:
+            server.stop()
+        report[f"spare_refill_{refill}"] = variant
+    return report
+
+
+def _start(engines: Path, log: Path, refill: str) -> ServerProcess:
+    return start_server(
+        engines, log,
         "--worker.kv-cache-bytes", str(KV_BYTES),
+        "--worker.spare-refill", refill,
         "--memory.capacity-bytes", str(CAPACITY),
         "--memory.reserve-bytes", "0",
         "--scheduling.preload", "pinned",
         "--scheduling.queue-timeout-s", "120",
     )
-    try:
-        cold = await _cold_loads(server, rounds, max_tokens)
-        warm = await _pairs(server, rounds, max_tokens, warm_spare=True)
-        back_to_back = await _pairs(server, rounds, max_tokens, warm_spare=False)
-        evictions = {m["name"]: m["evictions"] for m in _admin(server)["models"]}
-    finally:
-        server.stop()
-    return {
-        "models": list(MODELS),
-        "capacity_bytes": CAPACITY,
-        "kv_cache_bytes": KV_BYTES,
-        "cold_load_empty_device": cold,
-        "swaps_with_warm_spare": warm,
-        "swaps_back_to_back": back_to_back,
-        "evictions": evictions,
-    }

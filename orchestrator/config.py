@@ -29,6 +29,11 @@ class WorkerConfig(_Section):
     threads: int | None = Field(None, ge=1, description="CPU threads per hf worker (default: all cores)")
     load_timeout_s: float = Field(300.0, gt=0, description="give up on a model load after this long")
     spare: bool = Field(True, description="keep one worker started and its runtime imported, for fast loads")
+    spare_refill: Literal["auto", "after-load", "when-idle"] = Field(
+        "auto",
+        description="start the next spare right after a load, or once the server is quiet (its imports take a "
+        "core for seconds); auto: after-load with 8 or more cores, else when-idle",
+    )
     capacity_policy: Literal["guaranteed_no_evict", "max_utilization"] = Field(
         "guaranteed_no_evict",
         description="TensorRT-LLM's capacity scheduler: admit only what can finish, or fill the KV cache and pause",

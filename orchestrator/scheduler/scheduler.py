@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 
@@ -37,6 +38,8 @@ from orchestrator.worker.process import WorkerPool
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_BUSY_S = 5.0
+SPARE_REFILL_IDLE_S = 1.0  # quiet time before a new spare worker starts importing its runtimes (when-idle)
+EAGER_REFILL_CORES = 8  # with this many cores a spare's imports hardly compete with serving
 
 
 class Scheduler:
@@ -73,6 +76,11 @@ class Scheduler:
         self._arrivals = itertools.count()
         self._draining = False
         self._started = False
+        self._refill_timer: asyncio.TimerHandle | None = None
+        refill = config.worker.spare_refill
+        if refill == "auto":
+            refill = "after-load" if (os.cpu_count() or 1) >= EAGER_REFILL_CORES else "when-idle"
+        self._refill_after_load = refill == "after-load"
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -119,6 +127,8 @@ class Scheduler:
             log.warning("drain timed out after %.0f s: cancelling what is still running", drain_timeout_s)
         for slot in self.slots.values():
             slot.cancel_idle_timer()
+        if self._refill_timer is not None:
+            self._refill_timer.cancel()
         await asyncio.gather(*(self._unload(slot, "shutdown") for slot in self.slots.values()))
         await self.pool.close()
 
@@ -212,6 +222,9 @@ class Scheduler:
     def _take(self, slot: ModelSlot) -> None:
         slot.running += 1
         self._idle.clear()
+        if self._refill_timer is not None:
+            self._refill_timer.cancel()
+            self._refill_timer = None
 
     def _release(self, slot: ModelSlot) -> None:
         slot.running -= 1
@@ -223,8 +236,17 @@ class Scheduler:
             self._refill_spare_when_idle()
 
     def _refill_spare_when_idle(self) -> None:
-        """A new spare imports its runtimes at full speed for seconds: start it only when nothing is running,
-        so it never slows down the requests of the load that used the previous one."""
+        """A new spare imports its runtimes at full speed for seconds. On a small machine (when-idle) it starts
+        only once nothing has run for a moment, so it does not slow down the requests that follow a load."""
+        if self._refill_after_load:
+            self.pool.refill()
+            return
+        if self._refill_timer is not None:
+            self._refill_timer.cancel()
+        self._refill_timer = asyncio.get_running_loop().call_later(SPARE_REFILL_IDLE_S, self._refill_if_idle)
+
+    def _refill_if_idle(self) -> None:
+        self._refill_timer = None
         if self._total_running() == 0 and not self._draining:
             self.pool.refill()
 
@@ -312,6 +334,8 @@ class Scheduler:
         self.ledger.commit(slot.name, ready.pid, fallback=ready.rss_bytes)
         slot.worker, slot.state, slot.last_error = worker, ModelState.READY, None
         slot.loads += 1
+        if self._refill_after_load:
+            self.pool.refill()
         seconds = time.monotonic() - started
         self._events.model_loaded(slot.name, seconds)
         log.info("model %s loaded in %.2f s on %s (pid %d)", slot.name, seconds, ready.device, ready.pid)
