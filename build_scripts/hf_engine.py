@@ -8,7 +8,13 @@ from pathlib import Path
 
 from build_scripts.environment import Environment
 from build_scripts.fingerprint import fingerprint
-from build_scripts.manifest_facts import build_info, copy_tokenizer, kv_bytes_per_token, tokenizer_facts
+from build_scripts.manifest_facts import (
+    build_info,
+    copy_tokenizer,
+    kv_bytes_per_token,
+    model_facts,
+    tokenizer_facts,
+)
 from build_scripts.plan import BuildContext, BuildOptions, BuildSpec, Plan, Step, staging_paths
 from build_scripts.requirements import requirements
 from build_scripts.sources import Checkpoint
@@ -16,7 +22,6 @@ from orchestrator.engine.manifest import (
     MANIFEST_FILE,
     EngineManifest,
     KvCacheFacts,
-    ModelFacts,
 )
 
 
@@ -116,12 +121,7 @@ def write_manifest(ctx: BuildContext) -> None:
         name=plan.name,
         backend="hf",
         format="hf-safetensors",
-        model=ModelFacts(
-            recipe=recipe.name,
-            architecture=(config.get("architectures") or [recipe.architecture])[0],
-            source=str(plan.checkpoint.path),
-            parameters=recipe.parameters,
-        ),
+        model=model_facts(ctx, config),
         dtype=recipe.target.dtype,
         limits=recipe.limits,
         tokenizer=tokenizer_facts(folder),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from build_scripts.plan import BuildContext, rebuild_command
 from build_scripts.recipe import DTYPE_BYTES
-from orchestrator.engine.manifest import BuildInfo, TokenizerFacts
+from orchestrator.engine.manifest import BuildInfo, ModelFacts, TokenizerFacts
 
 # Everything the HTTP process (tokenizer, chat template) and the backends need to tokenise and stop.
 TOKENIZER_FILES = (
@@ -88,4 +88,16 @@ def build_info(ctx: BuildContext) -> BuildInfo:
         compute_capability=gpu.compute_capability if gpu else None,
         rebuild=rebuild_command(plan.spec, plan.options, plan.checkpoint.path),
         steps=tuple(step.render() for step in plan.steps),
+    )
+
+
+def model_facts(ctx: BuildContext, hf_config: dict) -> ModelFacts:
+    """What the engine was built from: the recipe, the architecture the checkpoint declares, its path."""
+    plan = ctx.plan
+    recipe = plan.recipe
+    return ModelFacts(
+        recipe=recipe.name,
+        architecture=(hf_config.get("architectures") or [recipe.architecture])[0],
+        source=str(plan.checkpoint.path),
+        parameters=recipe.parameters,
     )

@@ -13,6 +13,7 @@ from build_scripts.manifest_facts import (
     build_info,
     copy_tokenizer,
     kv_bytes_per_token,
+    model_facts,
     tokenizer_facts,
 )
 from build_scripts.plan import BuildContext, Step
@@ -21,7 +22,6 @@ from orchestrator.engine.manifest import (
     EngineManifest,
     KvCacheFacts,
     Limits,
-    ModelFacts,
     Parallelism,
 )
 
@@ -73,12 +73,7 @@ def write_manifest(ctx: BuildContext) -> None:
         name=plan.name,
         backend="trtllm",
         format="trt-engine",
-        model=ModelFacts(
-            recipe=recipe.name,
-            architecture=(hf_config.get("architectures") or [recipe.architecture])[0],
-            source=str(plan.checkpoint.path),
-            parameters=recipe.parameters,
-        ),
+        model=model_facts(ctx, hf_config),
         dtype=recipe.target.dtype,
         quantization=spec.quant,
         limits=engine_limits(engine_config, recipe.limits),
