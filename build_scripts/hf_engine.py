@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from build_scripts.environment import Environment
-from build_scripts.fingerprint import fingerprint
 from build_scripts.manifest_facts import (
     build_info,
     copy_tokenizer,
@@ -16,7 +15,6 @@ from build_scripts.manifest_facts import (
     tokenizer_facts,
 )
 from build_scripts.plan import BuildContext, BuildOptions, BuildSpec, Plan, Step, staging_paths
-from build_scripts.requirements import requirements
 from build_scripts.sources import Checkpoint
 from orchestrator.engine.manifest import (
     MANIFEST_FILE,
@@ -52,10 +50,7 @@ def plan_hf(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env:
         staging=staging,
         scratch=None,
         inputs=inputs,
-        fingerprint=fingerprint(inputs) if checkpoint.identity is not None else None,
-        tools=env.tools,
         gpu=None,
-        disk_bytes=requirements(spec).disk_bytes,
         steps=(convert, manifest),
         environment=env,
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from build_scripts.catalog import RecipeError
+from build_scripts.fingerprint import fingerprint
 from build_scripts.recipe import DTYPE_BYTES, FP8_MIN_SM, Quantization, Recipe
 
 if TYPE_CHECKING:
@@ -160,16 +161,29 @@ class Plan:
     staging: Path  # the temporary folder that becomes the engine folder
     scratch: Path | None  # intermediate files (a converted checkpoint), removed at the end either way
     inputs: dict  # everything the fingerprint covers
-    fingerprint: str | None  # None when an input is unknown (the checkpoint is missing)
-    tools: dict[str, str]
     gpu: Gpu | None  # the GPU the build runs on (TensorRT engines only)
-    disk_bytes: int  # estimated peak disk use under the engines folder
     steps: tuple[Step, ...]
     environment: Environment  # the machine as probed for this plan; preflight compares the two
 
     @property
     def recipe(self) -> Recipe:
         return self.spec.recipe
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The build cache key; None while an input is unknown (the checkpoint is missing)."""
+        return fingerprint(self.inputs) if self.checkpoint.identity is not None else None
+
+    @property
+    def tools(self) -> dict[str, str]:
+        return self.environment.tools
+
+    @property
+    def disk_bytes(self) -> int:
+        """Estimated peak disk use under the engines folder."""
+        from build_scripts.requirements import requirements  # it builds on this module's BuildSpec
+
+        return requirements(self.spec).disk_bytes
 
     @property
     def name(self) -> str:

@@ -14,9 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from build_scripts.environment import Environment, Gpu
-from build_scripts.fingerprint import fingerprint
 from build_scripts.plan import BuildOptions, BuildSpec, Plan, Step, staging_paths
-from build_scripts.requirements import requirements
 from build_scripts.sources import Checkpoint
 from build_scripts.trtllm_engine import copy_tokenizer_step, write_manifest
 from build_scripts.trtllm_flags import BUILD_TOOL, CONVERT_TOOL, QUANTIZE_TOOL, flags
@@ -120,10 +118,7 @@ def plan_trtllm(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, 
         staging=staging,
         scratch=scratch,
         inputs=inputs,
-        fingerprint=fingerprint(inputs) if checkpoint.identity is not None else None,
-        tools=env.tools,
         gpu=build_gpu(spec, env),
-        disk_bytes=requirements(spec).disk_bytes,
         steps=steps,
         environment=env,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -14,12 +16,14 @@ from orchestrator.api.responses import Format
 from orchestrator.api.state import STATE, AppState
 from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest, field_path
 from orchestrator.config import ServerConfig
+from orchestrator.engine.manifest import EngineManifest
 from orchestrator.errors import InfernoError, InvalidRequest, NotFound, error_body, kind_of
 from orchestrator.metrics.engine_collector import EngineCollector
 from orchestrator.metrics.http_metrics import http_metrics_middleware
 from orchestrator.metrics.registry import new_registry
 from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.metrics.scheduler_events import SchedulerMetrics
+from orchestrator.scheduler.observe import ModelSnapshot
 from orchestrator.scheduler.registry import Catalogue
 from orchestrator.scheduler.scheduler import Scheduler
 
@@ -65,31 +69,33 @@ async def completions(http: web.Request) -> web.StreamResponse:
     return await serve_generation(http, await parse(http, CompletionRequest), TEXT, "cmpl")
 
 
-def _model_card(name: str, state: AppState) -> dict:
-    slot = state.scheduler.slots[name]
-    manifest = slot.engine.manifest
-    built = int(slot.engine.folder.joinpath("engine.json").stat().st_mtime)
+def _model_card(model: ModelSnapshot, manifest: EngineManifest) -> dict:
     return {
-        "id": name,
+        "id": model.name,
         "object": "model",
-        "created": built,
+        "created": int(datetime.fromisoformat(manifest.build.built_at).timestamp()),
         "owned_by": "inferno",
         "max_model_len": manifest.limits.max_seq_len,
-        "backend": manifest.backend,
-        "state": slot.state.value,
+        "backend": model.backend,
+        "state": model.state,
     }
 
 
+def _model_cards(state: AppState) -> dict[str, dict]:
+    engines = state.catalogue.engines
+    return {m.name: _model_card(m, engines[m.name].manifest) for m in state.scheduler.snapshot()}
+
+
 async def list_models(http: web.Request) -> web.Response:
-    state = http.app[STATE]
-    return json_response({"object": "list", "data": [_model_card(n, state) for n in sorted(state.scheduler.slots)]})
+    cards = _model_cards(http.app[STATE])
+    return json_response({"object": "list", "data": [cards[name] for name in sorted(cards)]})
 
 
 async def get_model(http: web.Request) -> web.Response:
     state = http.app[STATE]
     name = http.match_info["model"]
     state.scheduler.slot_for(name)  # 404 / 503 with the reason
-    return json_response(_model_card(name, state))
+    return json_response(_model_cards(state)[name])
 
 
 async def health(http: web.Request) -> web.Response:
@@ -98,7 +104,7 @@ async def health(http: web.Request) -> web.Response:
 
 async def ready(http: web.Request) -> web.Response:
     scheduler = http.app[STATE].scheduler
-    models = {name: slot.state.value for name, slot in scheduler.slots.items()}
+    models = {model.name: model.state for model in scheduler.snapshot()}
     status = 200 if scheduler.ready else 503
     return json_response({"ready": scheduler.ready, "models": models}, status)
 

@@ -96,7 +96,8 @@ async def _stream(http: web.Request, request: InferenceRequest, fmt: Format, inc
             choice = request.record(delta)
             if choice.error is not None:
                 request.finish(RequestStatus.FINISHED_ERROR)
-                await response.write(bytes(out) + sse(error_body(choice.error)) + DONE)
+                out += sse(error_body(choice.error)) + DONE
+                await response.write(out)
                 return response
             if delta.text or delta.finish is not None or delta.logprobs:
                 chunk = fmt.chunk(
@@ -109,10 +110,11 @@ async def _stream(http: web.Request, request: InferenceRequest, fmt: Format, inc
             request.finish(request.final_status())
             if include_usage:
                 out += sse(fmt.usage_chunk(request, created))
-            await response.write(bytes(out) + DONE)
+            out += DONE
+            await response.write(out)
             await response.write_eof()
             return response
-        await response.write(bytes(out))
+        await response.write(out)
 
 
 async def _open_stream(http: web.Request) -> web.StreamResponse:

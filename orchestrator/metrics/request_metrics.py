@@ -30,7 +30,6 @@ _FINISH = {
     RequestStatus.FINISHED_CANCELLED: "cancelled",
     RequestStatus.FINISHED_ERROR: "error",
 }
-FINISH_REASONS = tuple(_FINISH.values())
 
 
 def status_class(status: int) -> str:

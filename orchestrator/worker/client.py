@@ -67,10 +67,6 @@ class WorkerClient:
     def pid(self) -> int:
         return self._proc.pid
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._sinks)
-
     async def start(self, spec: LoadSpec, timeout_s: float) -> WorkerReady:
         """Have the worker load its engine and wait until it is ready; raises ModelUnavailable and its kin."""
         self._channel.send({"kind": "load", "spec": asdict(spec)})

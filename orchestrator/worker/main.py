@@ -58,7 +58,7 @@ class _Run:
         self.request = request
         self.output = output
         self.cancelled = False
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task | None = None  # held here: the event loop keeps only weak references to tasks
 
 
 class Worker:
