@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench.loadgen import Timing
 from bench.prompts import messages
-from orchestrator.backends.protocol import BackendSettings
+from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, SamplingParams
 from orchestrator.text.prompt import PromptEncoder
@@ -26,17 +26,18 @@ async def run_direct(engine_dir: Path, levels: list[tuple[int, int]], max_tokens
     backend = hf.create(
         BackendSettings(engine_dir=engine_dir, manifest=manifest, kv_cache_bytes=manifest.kv_cache.default_budget_bytes)
     )
-    await backend.start()
+    streams = RequestStreams(backend)
+    await backend.start(streams)
     results = []
     try:
         for concurrency, requests in levels:
-            results.append((concurrency, *await _level(backend, prompts, concurrency, requests, max_tokens)))
+            results.append((concurrency, *await _level(streams, prompts, concurrency, requests, max_tokens)))
     finally:
         await backend.close()
     return results
 
 
-async def _level(backend, prompts: PromptEncoder, concurrency: int, requests: int, max_tokens: int):
+async def _level(streams: RequestStreams, prompts: PromptEncoder, concurrency: int, requests: int, max_tokens: int):
     indices = iter(range(requests))
     timings: list[Timing] = []
 
@@ -48,7 +49,7 @@ async def _level(backend, prompts: PromptEncoder, concurrency: int, requests: in
                 sampling=SamplingParams(temperature=0.0),
             )
             timing = Timing(sent=time.perf_counter())
-            async for delta in backend.submit(request):
+            async for delta in streams.stream(request):
                 if delta.token_ids:
                     now = time.perf_counter()
                     timing.first_token = timing.first_token or now

@@ -126,9 +126,14 @@ _BY_NAME = {cls.__name__: cls for cls in ERROR_TABLE}
 
 
 def to_wire(error: InfernoError) -> dict:
-    return {"kind": type(error).__name__, "message": error.message}
+    wire = {"kind": type(error).__name__, "message": error.message}
+    if error.param is not None:
+        wire["param"] = error.param
+    if error.retry_after_s is not None:
+        wire["retry_after_s"] = error.retry_after_s
+    return wire
 
 
 def from_wire(data: dict) -> InfernoError:
     cls = _BY_NAME.get(data.get("kind", ""), EngineError)
-    return cls(data.get("message", "engine error"))
+    return cls(data.get("message", "engine error"), param=data.get("param"), retry_after_s=data.get("retry_after_s"))

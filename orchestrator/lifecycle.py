@@ -34,7 +34,7 @@ class Choice:
     completion_tokens: int = 0
     finish: FinishReason | None = None
     error: InfernoError | None = None
-    logprobs: list[tuple[str, float]] | None = None  # every token's, for a whole (non-streamed) response
+    logprobs: list | None = None  # every token's [text, log probability, alternatives], for a whole response
 
 
 @dataclass

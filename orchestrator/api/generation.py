@@ -103,6 +103,7 @@ async def _stream(http: web.Request, request: InferenceRequest, fmt: Format, inc
                 chunk = fmt.chunk(
                     request, created, choice.index, delta.text, delta.finish, include_usage=include_usage,
                     logprobs=delta.logprobs, offset=offsets[choice.index],
+                    alternatives=choice.engine_request.top_logprobs,
                 )
                 offsets[choice.index] += len(delta.text)
                 out += sse(chunk)

@@ -14,25 +14,37 @@ from orchestrator.lifecycle import Choice, InferenceRequest
 OPENAI_FINISH = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
 
 
-def chat_logprobs(pairs: list[tuple[str, float]] | None) -> dict | None:
-    if pairs is None:
+def _alternative(text: str, logprob: float) -> dict:
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+
+def chat_logprobs(entries: list | None) -> dict | None:
+    """Chat's shape; each entry is [token text, log probability, [[alternative, log probability], ...]]."""
+    if entries is None:
         return None
-    content = [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []} for t, lp in pairs]
+    content = [
+        {**_alternative(text, logprob), "top_logprobs": [_alternative(t, lp) for t, lp in top]}
+        for text, logprob, top in entries
+    ]
     return {"content": content, "refusal": None}
 
 
-def text_logprobs(pairs: list[tuple[str, float]] | None, offset: int = 0) -> dict | None:
-    """The legacy completions shape; `offset` is where these tokens start in the choice's text."""
-    if pairs is None:
+def text_logprobs(entries: list | None, offset: int = 0, alternatives: int = 0) -> dict | None:
+    """The legacy completions shape; `offset` is where these tokens start in the choice's text. With
+    `alternatives` > 0 each position lists that many most likely tokens (and the chosen one) by text."""
+    if entries is None:
         return None
     offsets = []
-    for token, _ in pairs:
+    for text, _, _ in entries:
         offsets.append(offset)
-        offset += len(token)
+        offset += len(text)
+    top = None
+    if alternatives:
+        top = [{**{t: lp for t, lp in alts}, text: logprob} for text, logprob, alts in entries]
     return {
-        "tokens": [t for t, _ in pairs],
-        "token_logprobs": [lp for _, lp in pairs],
-        "top_logprobs": None,
+        "tokens": [text for text, _, _ in entries],
+        "token_logprobs": [logprob for _, logprob, _ in entries],
+        "top_logprobs": top,
         "text_offset": offsets,
     }
 
@@ -72,7 +84,8 @@ class Format:
             message = {"role": "assistant", "content": text, "refusal": None}
             return {"index": choice.index, "message": message, "logprobs": chat_logprobs(choice.logprobs),
                     "finish_reason": reason}
-        return {"index": choice.index, "text": text, "logprobs": text_logprobs(choice.logprobs), "finish_reason": reason}
+        logprobs = text_logprobs(choice.logprobs, 0, choice.engine_request.top_logprobs)
+        return {"index": choice.index, "text": text, "logprobs": logprobs, "finish_reason": reason}
 
     # -- stream chunks ------------------------------------------------------------------------------------
     def chunk(
@@ -84,8 +97,9 @@ class Format:
         finish: FinishReason | None = None,
         role: bool = False,
         include_usage: bool = False,
-        logprobs: list[tuple[str, float]] | None = None,
+        logprobs: list | None = None,
         offset: int = 0,
+        alternatives: int = 0,
     ) -> dict:
         body = self._envelope(request, self.chunk_name, created)
         reason = OPENAI_FINISH.get(finish)
@@ -95,7 +109,7 @@ class Format:
                 delta["content"] = text
             choice = {"index": index, "delta": delta, "logprobs": chat_logprobs(logprobs), "finish_reason": reason}
         else:
-            choice = {"index": index, "text": text or "", "logprobs": text_logprobs(logprobs, offset),
+            choice = {"index": index, "text": text or "", "logprobs": text_logprobs(logprobs, offset, alternatives),
                       "finish_reason": reason}
         body["choices"] = [choice]
         if include_usage:

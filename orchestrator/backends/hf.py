@@ -1,8 +1,8 @@
 """The `hf` backend: transformers' continuous batching manager with paged attention, on PyTorch.
 
 Portable (CPU, CUDA, anything torch supports) and the embedded default. The manager runs its own
-generation thread and delivers every step's outputs in one `call_soon_threadsafe` onto this worker's
-event loop; each request's stream picks its new tokens from there.
+generation thread; every step's outputs reach this worker's event loop in one `call_soon_threadsafe`, and
+become one `EngineOutputs.step` call with every request's new tokens.
 """
 
 from __future__ import annotations
@@ -10,13 +10,18 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from orchestrator.backends.protocol import BackendSettings, BackendStats, LoadReport
+from orchestrator.backends.protocol import (
+    BackendSettings,
+    BackendStats,
+    EngineOutputs,
+    LoadReport,
+    RequestStreams,
+)
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
-from orchestrator.errors import BackendUnavailable, EngineDead
+from orchestrator.errors import BackendUnavailable, EngineDead, EngineError
 
 log = logging.getLogger(__name__)
 
-_CANCELLED = object()  # put on a request's queue by cancel(): the manager sends nothing for cancelled requests
 WARMUP_ID = "warmup"
 STOP_TIMEOUT_S = 10.0
 
@@ -45,19 +50,60 @@ def create(settings: BackendSettings) -> HfBackend:
     return HfBackend(settings)
 
 
+class _StepRouter:
+    """Stands in for the manager's output router: every step's outputs reach the worker's event loop in one
+    `call_soon_threadsafe`, instead of one callback per request."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_outputs):
+        self._loop = loop
+        self._on_outputs = on_outputs
+
+    def deliver_batch(self, outputs: list) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._on_outputs, outputs)
+        except RuntimeError:  # the worker's loop is closed: it is exiting
+            pass
+
+    def deliver(self, output) -> None:
+        self.deliver_batch([output])
+
+    def fail_and_deliver(self, state, error: Exception) -> None:
+        from transformers.generation.continuous_batching.requests import RequestStatus
+
+        state.status = RequestStatus.FAILED
+        state.error = str(error)
+        self.deliver(state.to_generation_output())
+
+
+class _Live:
+    """What the backend keeps per running request."""
+
+    __slots__ = ("eos", "sent")
+
+    def __init__(self, eos: frozenset[int]):
+        self.eos = eos  # the tokens that end this request (end tokens unless ignored, plus its stop tokens)
+        self.sent = 0  # generated tokens already delivered
+
+
 class HfBackend:
     def __init__(self, settings: BackendSettings):
         self._settings = settings
         self._manifest = settings.manifest
         self._eos = frozenset(self._manifest.tokenizer.eos_token_ids)
         self._manager = None
-        self._streams: dict[str, asyncio.Queue] = {}
+        self._outputs: EngineOutputs | None = None
+        self._live: dict[str, _Live] = {}
+        self._dead = False
         self._kv_blocks = 0
 
-    async def start(self) -> LoadReport:
+    async def start(self, outputs: EngineOutputs) -> LoadReport:
         device = await asyncio.to_thread(self._load)
+        warm_up = RequestStreams(self)
+        self._outputs = warm_up
+        self._manager.output_router = _StepRouter(asyncio.get_running_loop(), self._on_outputs)
         self._manager.start()
-        await self._warm_up()
+        await self._warm_up(warm_up)
+        self._outputs = outputs
         return LoadReport(
             device=device,
             kv_cache_bytes=self._kv_blocks * self._block_bytes(),
@@ -106,6 +152,7 @@ class HfBackend:
             max_requests_per_batch=manifest.limits.max_batch_size,
             allow_block_sharing=True,  # prefix caching
             use_cuda_graph=False,  # hf_sampling decides per step, on the host, which processors run
+            use_async_batching=False,  # hf_sampling reads each request's tokens so far when preparing a step
             scheduler_type="fifo",
         )
         self._manager = model.init_continuous_batching(
@@ -114,71 +161,77 @@ class HfBackend:
         self._manager.logit_processor = sampling_processors()
         return str(model.device)
 
-    async def _warm_up(self) -> None:
+    async def _warm_up(self, streams: RequestStreams) -> None:
         """One short request through the whole path, so the first user request does not pay for it."""
         prompt = EngineRequest(id=WARMUP_ID, prompt_ids=(self._manifest.tokenizer.pad_token_id,) * 8, max_new_tokens=2)
-        async for _ in self.submit(prompt):
-            pass
+        deltas = await streams.run(prompt)
+        if deltas[-1].finish is FinishReason.ERROR:
+            raise EngineError(f"the engine failed its warm-up request: {deltas[-1].error}")
 
-    async def submit(self, request: EngineRequest):
+    def submit(self, request: EngineRequest) -> None:
         from orchestrator.backends.hf_sampling import processor_kwargs
 
-        queue: asyncio.Queue = asyncio.Queue()
-        self._streams[request.id] = queue
-        self._manager.register_result_handler(request.id, queue.put_nowait)
+        if self._dead or not self._manager.is_running():
+            self._die("the generation loop is not running")
+            raise EngineDead("the hf engine's generation loop has stopped")
+        eos = frozenset(request.stop_token_ids) | (frozenset() if request.ignore_eos else self._eos)
+        self._live[request.id] = _Live(eos)
         accepted = self._manager.add_request(
             list(request.prompt_ids),
             request_id=request.id,
             max_new_tokens=request.max_new_tokens,
             streaming=True,
-            eos_token_id=list(self._eos),
+            eos_token_id=sorted(eos) or -1,
             **processor_kwargs(request.sampling),
         )
-        try:
-            if accepted is None:
-                raise EngineDead("the hf engine's generation loop has stopped")
-            async for delta in self._deltas(queue):
-                yield delta
-        finally:
-            self._forget(request.id)
-
-    async def _deltas(self, queue: asyncio.Queue):
-        from transformers.generation.continuous_batching.requests import RequestStatus
-
-        sent = 0
-        while True:
-            output = await queue.get()
-            if output is _CANCELLED:
-                yield TokenDelta(finish=FinishReason.CANCELLED)
-                return
-            tokens = output.generated_tokens
-            new, sent = tokens[sent:], len(tokens)
-            if output.status == RequestStatus.FAILED:
-                if not self._manager.is_running():  # the loop itself died, not just this request
-                    raise EngineDead(f"the hf engine's generation loop stopped: {output.error}")
-                yield TokenDelta(new, FinishReason.ERROR, error=output.error or "the hf engine failed")
-                return
-            if output.is_finished():
-                if new and new[-1] in self._eos:
-                    yield TokenDelta(new[:-1], FinishReason.STOP)
-                else:
-                    yield TokenDelta(new, FinishReason.LENGTH)
-                return
-            if new:
-                yield TokenDelta(new)
+        if accepted is None:
+            del self._live[request.id]
+            self._die("the generation loop refused a request")
+            raise EngineDead("the hf engine's generation loop has stopped")
 
     def cancel(self, request_id: str) -> None:
-        queue = self._streams.get(request_id)
-        if queue is None:
+        """The manager frees a cancelled request at its next step and says nothing more of it: its final delta
+        is delivered here, on the next turn of the event loop."""
+        if self._live.pop(request_id, None) is None:
             return
-        self._manager.cancel_request(request_id)  # freed at the start of the next engine step
-        queue.put_nowait(_CANCELLED)
+        self._manager.cancel_request(request_id)
+        outputs = self._outputs
+        asyncio.get_running_loop().call_soon(outputs.step, [TokenDelta(request_id, finish=FinishReason.CANCELLED)])
 
-    def _forget(self, request_id: str) -> None:
-        self._streams.pop(request_id, None)
-        router = self._manager.output_router  # a cancelled request's handler is never cleaned up otherwise
-        with router._lock:
-            router.result_handlers.pop(request_id, None)
+    def _on_outputs(self, outputs: list) -> None:
+        """On the event loop: one engine step's outputs, every request's, together."""
+        from transformers.generation.continuous_batching.requests import RequestStatus
+
+        deltas = []
+        for output in outputs:
+            live = self._live.get(output.request_id)
+            if live is None:
+                continue  # cancelled: its final delta has been delivered already
+            tokens = output.generated_tokens
+            new, live.sent = tokens[live.sent :], len(tokens)
+            if output.status == RequestStatus.FAILED:
+                del self._live[output.request_id]
+                if not self._manager.is_running():  # the loop itself died, not just this request
+                    self._die(f"the hf engine's generation loop stopped: {output.error}")
+                    return
+                error = EngineError(f"the hf engine failed this request: {output.error}")
+                deltas.append(TokenDelta(output.request_id, new, FinishReason.ERROR, error))
+            elif output.is_finished():
+                del self._live[output.request_id]
+                if new and new[-1] in live.eos:
+                    deltas.append(TokenDelta(output.request_id, new[:-1], FinishReason.STOP))
+                else:
+                    deltas.append(TokenDelta(output.request_id, new, FinishReason.LENGTH))
+            elif new:
+                deltas.append(TokenDelta(output.request_id, new))
+        if deltas:
+            self._outputs.step(deltas)
+
+    def _die(self, reason: str) -> None:
+        if not self._dead:
+            self._dead = True
+            self._live.clear()
+            self._outputs.dead(reason)
 
     def stats(self) -> BackendStats:
         manager = self._manager

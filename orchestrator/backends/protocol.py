@@ -1,18 +1,28 @@
 """The one narrow protocol every engine adapter implements; the worker process drives it.
 
 Nothing above the worker knows which backend runs. The shape follows TensorRT-LLM's Executor (enqueue,
-await responses, cancel, iteration stats, shutdown) and fits transformers' continuous batching manager
-as well:
+await responses, cancel, iteration stats, shutdown), and the engine step is the unit of output:
 
-    start()          load weights, size the KV cache, start the engine loop; returns what it measured
-    submit(request)  -> async iterator of TokenDelta (new tokens only), ending with a finish reason
-    cancel(id)       stop a request within one engine step; its stream still ends (finish=CANCELLED)
+    start(outputs)   load weights, size the KV cache, start the engine loop; returns what it measured.
+                     From then on the backend calls `outputs.step(deltas)` on the worker's event loop once per
+                     engine step (or once for a few steps that finished together), with every request's new
+                     tokens: one TokenDelta per request that has news, never one call per token or per request.
+    submit(request)  enqueue; returns at once. Raises an InfernoError for a request the backend refuses before
+                     it enters the engine (nothing is delivered for it then). Every accepted request gets
+                     exactly one delta with `finish` set, its last: STOP, LENGTH, CANCELLED or ERROR.
+    cancel(id)       end a request within one engine step; its final delta says CANCELLED. Unknown or
+                     finished ids are ignored.
     stats()          a snapshot for /metrics and the scheduler, cheap and non-blocking
     close()          stop the engine; the worker process then exits and the memory goes back
+
+A per-request failure is that request's ERROR delta and never stops the engine. When the engine itself stops
+for good, the backend calls `outputs.dead(reason)` once and delivers nothing more; the worker then fails every
+live request and exits, so the server loads the model afresh.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +30,7 @@ from typing import Protocol
 
 from orchestrator.engine.manifest import EngineManifest
 from orchestrator.engine.request import EngineRequest, TokenDelta
+from orchestrator.errors import EngineDead
 
 
 @dataclass(frozen=True)
@@ -56,13 +67,70 @@ class BackendStats:
     iteration_latency_ms: float | None = None  # latest step's latency, where the engine reports it
 
 
-class Backend(Protocol):
-    async def start(self) -> LoadReport: ...
+class EngineOutputs(Protocol):
+    """Where a backend delivers its output; called on the worker's event loop only."""
 
-    def submit(self, request: EngineRequest) -> AsyncIterator[TokenDelta]: ...
+    def step(self, deltas: list[TokenDelta]) -> None: ...
+
+    def dead(self, reason: str) -> None: ...
+
+
+class Backend(Protocol):
+    async def start(self, outputs: EngineOutputs) -> LoadReport: ...
+
+    def submit(self, request: EngineRequest) -> None: ...
 
     def cancel(self, request_id: str) -> None: ...
 
     def stats(self) -> BackendStats: ...
 
     async def close(self) -> None: ...
+
+
+class RequestStreams:
+    """An `EngineOutputs` that hands each request's deltas to its own async iterator.
+
+    For code that drives a backend in-process one request at a time (tests, the in-process benchmark, a
+    backend's own warm-up); the worker does not use it: it handles each step's deltas together.
+    """
+
+    def __init__(self, backend: Backend | None = None):
+        self.backend = backend
+        self._queues: dict[str, asyncio.Queue] = {}
+        self._dead: str | None = None
+
+    def step(self, deltas: list[TokenDelta]) -> None:
+        for delta in deltas:
+            queue = self._queues.get(delta.request_id)
+            if queue is not None:
+                queue.put_nowait(delta)
+
+    def dead(self, reason: str) -> None:
+        self._dead = reason
+        for queue in self._queues.values():
+            queue.put_nowait(None)
+
+    async def stream(self, request: EngineRequest) -> AsyncIterator[TokenDelta]:
+        """Submit `request` and yield its deltas up to and including the final one; EngineDead if the engine
+        stops meanwhile. Leaving early cancels the request in the engine."""
+        if self._dead is not None:
+            raise EngineDead(f"the engine stopped: {self._dead}")
+        queue: asyncio.Queue = asyncio.Queue()
+        self._queues[request.id] = queue
+        finished = False
+        try:
+            self.backend.submit(request)
+            while not finished:
+                delta = await queue.get()
+                if delta is None:
+                    raise EngineDead(f"the engine stopped: {self._dead}")
+                finished = delta.finish is not None
+                yield delta
+        finally:
+            del self._queues[request.id]
+            if not finished:
+                self.backend.cancel(request.id)
+
+    async def run(self, request: EngineRequest) -> list[TokenDelta]:
+        """Every delta of one request, to its end."""
+        return [delta async for delta in self.stream(request)]

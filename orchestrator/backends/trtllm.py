@@ -14,17 +14,24 @@ ending this process (see docs/tensorrt-llm.md for leader mode under MPI, the mul
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from tokenizers import Tokenizer
 
-from orchestrator.backends.protocol import BackendSettings, BackendStats, LoadReport
+from orchestrator.backends.protocol import (
+    BackendSettings,
+    BackendStats,
+    EngineOutputs,
+    LoadReport,
+    RequestStreams,
+)
 from orchestrator.backends.trtllm_config import build_executor_config, kv_cache_limits
 from orchestrator.backends.trtllm_requests import RequestBuilder
 from orchestrator.backends.trtllm_responses import ResponsePump, ResponseReader, Update
 from orchestrator.backends.trtllm_runtime import Runtime, check_engine, load_runtime, visible_gpus
 from orchestrator.backends.trtllm_stats import IterationStatsReader
-from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
+from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
 from orchestrator.errors import EngineDead, EngineError, QueueFull
 
 log = logging.getLogger(__name__)
@@ -52,12 +59,13 @@ class TrtllmBackend:
         self._requests: RequestBuilder | None = None
         self._executor = None
         self._pump: ResponsePump | None = None
-        self._streams: dict[int, asyncio.Queue[Update]] = {}  # executor request id -> its stream's queue
+        self._outputs: EngineOutputs | None = None
+        self._names: dict[int, str] = {}  # executor request id -> engine request id, while it runs
         self._ids: dict[str, int] = {}  # engine request id -> executor request id, while it runs
         self._failure: str | None = None
         self._closed = False
 
-    async def start(self) -> LoadReport:
+    async def start(self, outputs: EngineOutputs) -> LoadReport:
         trtllm, settings = self._trtllm, self._settings
         config = build_executor_config(trtllm, settings, self._runtime)
         tokenizer = Tokenizer.from_file(str(settings.engine_dir / "tokenizer.json"))
@@ -69,7 +77,10 @@ class TrtllmBackend:
             loop = asyncio.get_running_loop()
             self._pump = ResponsePump(self._executor, self._reader, loop, self._deliver, self._fail)
             self._pump.start()
-            await self._warm_up()
+            warm_up = RequestStreams(self)
+            self._outputs = warm_up
+            await self._warm_up(warm_up)
+            self._outputs = outputs
         except BaseException:
             await self.close()  # a load that fails half way still shuts the executor down
             raise
@@ -86,15 +97,15 @@ class TrtllmBackend:
             max_batch_size=settings.manifest.limits.max_batch_size,
         )
 
-    async def _warm_up(self) -> None:
+    async def _warm_up(self, streams: RequestStreams) -> None:
         """One short request through the whole path, so the first user request does not pay for it."""
         pad = self._settings.manifest.tokenizer.pad_token_id
         request = EngineRequest(WARMUP_ID, (pad,) * 8, max_new_tokens=2, sampling=SamplingParams(temperature=0.0))
-        async for delta in self.submit(request):
-            if delta.finish is FinishReason.ERROR:
-                raise EngineError(f"the engine failed its warm-up request: {delta.error}")
+        final = (await streams.run(request))[-1]
+        if final.finish is FinishReason.ERROR:
+            raise EngineError(f"the engine failed its warm-up request: {final.error}")
 
-    async def submit(self, request: EngineRequest):
+    def submit(self, request: EngineRequest) -> None:
         if self._failure is not None:
             raise EngineDead(f"the TensorRT-LLM executor stopped: {self._failure}")
         trt_request = self._requests.build(request)
@@ -102,38 +113,13 @@ class TrtllmBackend:
             trt_id = self._executor.enqueue_request(trt_request)
         except Exception as exc:
             raise _enqueue_error(exc) from exc
-        queue: asyncio.Queue[Update] = asyncio.Queue()
-        self._streams[trt_id] = queue
+        self._names[trt_id] = request.id
         self._ids[request.id] = trt_id
-        finished = False
-        try:
-            while not finished:
-                update = await queue.get()
-                if update.final:
-                    finished = True
-                    self._forget(request.id, trt_id)
-                    if self._failure is not None:  # the executor itself broke: the worker must start over
-                        raise EngineDead(f"the TensorRT-LLM executor stopped: {self._failure}")
-                    yield update.delta
-                elif update.delta.token_ids:
-                    yield update.delta
-        finally:
-            if not finished:  # the consumer left early: stop it in the engine; its final response is dropped
-                self._forget(request.id, trt_id)
-                self._cancel_in_engine(trt_id)
-
-    def _forget(self, request_id: str, trt_id: int) -> None:
-        self._ids.pop(request_id, None)
-        self._streams.pop(trt_id, None)
 
     def cancel(self, request_id: str) -> None:
         """The engine ends the request at its next step and still sends a final response (CANCELLED)."""
         trt_id = self._ids.get(request_id)
-        if trt_id is not None:
-            self._cancel_in_engine(trt_id)
-
-    def _cancel_in_engine(self, trt_id: int) -> None:
-        if self._executor is None or self._closed or self._failure is not None:
+        if trt_id is None or self._executor is None or self._closed or self._failure is not None:
             return
         try:
             self._executor.cancel_request(trt_id)
@@ -141,20 +127,28 @@ class TrtllmBackend:
             log.warning("cancelling executor request %d failed: %s", trt_id, exc)
 
     def _deliver(self, updates: list[Update]) -> None:
-        """On the event loop: one engine step's responses (or a few), to each request's stream."""
+        """On the event loop: one engine step's responses (or a few), every request's, in one call."""
+        deltas = []
         for update in updates:
-            queue = self._streams.get(update.request_id)
-            if queue is not None:  # else a request whose stream already ended: its final response is dropped
-                queue.put_nowait(update)
+            name = self._names.get(update.request_id)
+            if name is None:
+                continue  # not ours (any more)
+            update.delta.request_id = name
+            if update.final:
+                del self._names[update.request_id]
+                del self._ids[name]
+            elif not update.delta.token_ids:
+                continue
+            deltas.append(update.delta)
+        if deltas:
+            self._outputs.step(deltas)
 
     def _fail(self, message: str) -> None:
-        """On the event loop: the executor broke; end every stream with the error and refuse new requests."""
+        """On the event loop: the executor broke; nothing more comes from it."""
         self._failure = message
-        self._end_streams(message)
-
-    def _end_streams(self, message: str) -> None:
-        for trt_id, queue in list(self._streams.items()):
-            queue.put_nowait(Update(trt_id, TokenDelta(finish=FinishReason.ERROR, error=message), True))
+        self._names.clear()
+        self._ids.clear()
+        self._outputs.dead(f"the TensorRT-LLM executor stopped: {message}")
 
     def stats(self) -> BackendStats:
         """The one reader of the executor's iteration stats (reading drains them)."""
@@ -167,16 +161,21 @@ class TrtllmBackend:
             return self._stats.current
 
     async def close(self) -> None:
-        """Shut the executor down (its memory goes back when this worker process exits, right after)."""
+        """Shut the executor down (its memory goes back when this worker process exits, right after).
+
+        `shutdown()` drains: it waits for every active request to finish. So every live request is cancelled
+        first, and the engine ends each at its next step."""
         if self._executor is None or self._closed:
             return
+        for trt_id in list(self._names):
+            with contextlib.suppress(Exception):
+                self._executor.cancel_request(trt_id)
         self._closed = True
         if self._pump is not None:
             self._pump.stop()
         await asyncio.to_thread(self._executor.shutdown)  # blocking, releases the GIL; wakes the pump's wait
         if self._pump is not None:
             await asyncio.to_thread(self._pump.join)
-        self._end_streams("the engine was shut down")
         log.info("TensorRT-LLM executor shut down")
 
 

@@ -20,6 +20,7 @@ from datetime import timedelta
 from types import ModuleType
 
 from orchestrator.engine.request import FinishReason, TokenDelta
+from orchestrator.errors import EngineError, InfernoError, QueueFull
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,8 @@ AWAIT_TIMEOUT = timedelta(seconds=1)
 
 @dataclass(slots=True)
 class Update:
-    """One response, read: for the executor request `request_id`, new tokens, and whether it is the last."""
+    """One response, read: for the executor request `request_id`, new tokens, and whether it is the last.
+    The delta's own request_id (the engine request's) is filled in by the backend."""
 
     request_id: int
     delta: TokenDelta
@@ -52,13 +54,14 @@ class ResponseReader:
     def read(self, response) -> Update:
         request_id = response.request_id
         if response.has_error():  # `result` would raise; an error ends the request
-            return Update(request_id, TokenDelta(finish=FinishReason.ERROR, error=response.error_msg), True)
+            error = request_error(response.error_msg)
+            return Update(request_id, TokenDelta("", finish=FinishReason.ERROR, error=error), True)
         result = response.result
         beams = result.output_token_ids
         tokens = list(beams[0]) if beams else []  # one beam: beam_width is 1
         logprobs = _last_logprobs(result.log_probs, len(tokens))
         if not result.is_final:
-            return Update(request_id, TokenDelta(tokens, logprobs=logprobs), False)
+            return Update(request_id, TokenDelta("", tokens, logprobs=logprobs), False)
         reasons = result.finish_reasons
         finish = self._finish.get(reasons[0]) if reasons else None
         if finish is None:  # NOT_FINISHED in a final result: judge by the last token
@@ -67,7 +70,15 @@ class ResponseReader:
             while tokens and tokens[-1] in self._eos:  # an end token ends the text, it is not part of it
                 tokens.pop()
             logprobs = logprobs[: len(tokens)] if logprobs is not None else None
-        return Update(request_id, TokenDelta(tokens, finish, logprobs=logprobs), True)
+        return Update(request_id, TokenDelta("", tokens, finish, logprobs=logprobs), True)
+
+
+def request_error(message: str) -> InfernoError:
+    """The error a failed request's response stands for. A full queue is retryable: in orchestrator mode
+    (multi-GPU) the executor reports it in a response, not as an exception of enqueue_request."""
+    if "maximum queue size" in message.lower():
+        return QueueFull(f"the engine's request queue is full; retry shortly ({message})", retry_after_s=1.0)
+    return EngineError(f"the engine failed this request: {message}")
 
 
 def _last_logprobs(log_probs, count: int) -> list[float] | None:

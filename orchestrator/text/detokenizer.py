@@ -27,21 +27,27 @@ class StopMatcher:
     """Finds stop strings in streamed text, holding back only what could still become one.
 
     `push` returns the text that is safe to emit and whether a stop string was hit; the stop string and
-    anything after it are never emitted.
+    anything after it are never emitted, unless `include` keeps the stop string itself. While not `armed`
+    (before a request's min_tokens), stop strings are not looked for and nothing is held back.
     """
 
-    def __init__(self, stops: tuple[str, ...]):
+    def __init__(self, stops: tuple[str, ...], include: bool = False):
         self._stops = tuple(s for s in stops if s)
+        self._include = include
         self._pending = ""
 
-    def push(self, text: str) -> tuple[str, bool]:
+    def push(self, text: str, armed: bool = True) -> tuple[str, bool]:
         if not self._stops:
             return text, False
         buffer = self._pending + text
-        hits = [i for i in (buffer.find(s) for s in self._stops) if i >= 0]
+        if not armed:
+            self._pending = ""
+            return buffer, False
+        hits = [(i, len(s)) for s in self._stops if (i := buffer.find(s)) >= 0]
         if hits:
             self._pending = ""
-            return buffer[: min(hits)], True
+            start, length = min(hits)
+            return buffer[: start + length if self._include else start], True
         hold = self._partial_suffix(buffer)
         self._pending = buffer[len(buffer) - hold :] if hold else ""
         return buffer[: len(buffer) - hold], False

@@ -29,10 +29,10 @@ from orchestrator import aio
 from orchestrator.backends import create_backend, preload_backends
 from orchestrator.backends.protocol import Backend, BackendSettings
 from orchestrator.engine.manifest import load_manifest
-from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta
+from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta, TokenDelta, check_request
 from orchestrator.errors import EngineDead, EngineError, InfernoError, OutOfMemory, to_wire
 from orchestrator.worker.ipc import Channel, ChannelClosed
-from orchestrator.worker.outputs import SequenceOutput
+from orchestrator.worker.outputs import SequenceOutput, TokenTexts
 
 log = logging.getLogger("inferno.worker")
 EXIT_ENGINE_DEAD = 3  # the engine stopped for good; the server loads the model afresh
@@ -49,26 +49,19 @@ class LoadSpec:
     capacity_policy: str = "guaranteed_no_evict"
 
 
-class _Run:
-    """One request inside the worker."""
-
-    __slots__ = ("cancelled", "output", "request", "task")
-
-    def __init__(self, request: EngineRequest, output: SequenceOutput):
-        self.request = request
-        self.output = output
-        self.cancelled = False
-        self.task: asyncio.Task | None = None  # held here: the event loop keeps only weak references to tasks
-
-
 class Worker:
-    def __init__(self, channel: Channel, backend: Backend, tokenizer: Tokenizer):
+    """Serves one loaded engine: requests in from the HTTP process, one step frame out per engine step.
+
+    It is the backend's `EngineOutputs`: the backend calls `step` with every request's new tokens of an engine
+    step, and the worker turns them into text (detokenising, stop strings) and sends one frame."""
+
+    def __init__(self, channel: Channel, backend: Backend, tokenizer: Tokenizer, vocab_size: int):
         self._channel = channel
         self._backend = backend
         self._tokenizer = tokenizer
-        self._runs: dict[str, _Run] = {}
-        self._outbox: list[list] = []
-        self._flush_pending = False
+        self._texts = TokenTexts(tokenizer)
+        self._vocab_size = vocab_size
+        self._live: dict[str, SequenceOutput] = {}
         self.engine_dead = asyncio.Event()
 
     async def serve(self) -> None:
@@ -85,7 +78,6 @@ class Worker:
             await asyncio.wait([receive, dead], return_when=asyncio.FIRST_COMPLETED)
             if dead.done():
                 receive.cancel()
-                self._flush()
                 await self._channel.drain(force=True)
                 return
             try:
@@ -94,7 +86,7 @@ class Worker:
                 return
             kind = message["kind"]
             if kind == "submit":
-                self._start(EngineRequest.from_wire(message["request"]))
+                self._submit(message["request"])
             elif kind == "cancel":
                 self._cancel(message["id"])
             elif kind == "stats":
@@ -103,51 +95,53 @@ class Worker:
             elif kind == "shutdown":
                 return
 
-    def _start(self, request: EngineRequest) -> None:
-        run = _Run(request, SequenceOutput(request, self._tokenizer))
-        self._runs[request.id] = run
-        run.task = asyncio.create_task(self._drive(run))
+    def _submit(self, wire: dict) -> None:
+        """Check the request and hand it to the backend; a refusal fails that request alone."""
+        request_id = wire.get("id", "")
+        try:
+            request = EngineRequest.from_wire(wire)
+            check_request(request, self._vocab_size)
+            self._backend.submit(request)  # delivers nothing before this turn of the event loop ends
+            self._live[request.id] = SequenceOutput(request, self._tokenizer, self._texts)
+        except Exception as exc:
+            error = exc if isinstance(exc, InfernoError) else EngineError(f"the engine refused the request: {exc}")
+            if not isinstance(exc, InfernoError):
+                log.exception("submitting request %s failed", request_id)
+            self._send([TextDelta(request_id, "", 0, FinishReason.ERROR, to_wire(error)).to_wire()])
 
     def _cancel(self, request_id: str) -> None:
-        run = self._runs.get(request_id)
-        if run is not None:
-            run.cancelled = True
+        if request_id in self._live:
             self._backend.cancel(request_id)
 
-    async def _drive(self, run: _Run) -> None:
-        request = run.request
-        try:
-            if run.cancelled:  # cancelled before it reached the engine
-                self._emit(TextDelta(request.id, "", 0, FinishReason.CANCELLED))
-                return
-            async for delta in self._backend.submit(request):
-                text = run.output.on_delta(delta)
-                if text is not None:
-                    self._emit(text)
-                    if run.output.stopped:
-                        self._backend.cancel(request.id)  # a stop string ended it: free the slot now
-        except EngineDead as exc:
-            log.error("%s; exiting so the model is loaded afresh", exc.message)
-            self._emit(TextDelta(request.id, "", 0, FinishReason.ERROR, to_wire(exc)))
-            self.engine_dead.set()
-        except InfernoError as exc:
-            self._emit(TextDelta(request.id, "", 0, FinishReason.ERROR, to_wire(exc)))
-        except Exception as exc:
-            log.exception("request %s failed in the engine", request.id)
-            self._emit(TextDelta(request.id, "", 0, FinishReason.ERROR, to_wire(EngineError(f"engine error: {exc}"))))
-        finally:
-            self._runs.pop(request.id, None)
+    # -- EngineOutputs: called by the backend on this event loop --------------------------------------------------
+    def step(self, deltas: list[TokenDelta]) -> None:
+        rows = []
+        live = self._live
+        for delta in deltas:
+            output = live.get(delta.request_id)
+            if output is None:
+                continue  # ended here already (a stop string): the engine's late words are not needed
+            text = output.on_delta(delta)
+            if text is None:
+                continue
+            rows.append(text.to_wire())
+            if text.finish is not None:
+                del live[delta.request_id]
+                if delta.finish is None:  # a stop string ended it: free its place in the engine now
+                    self._backend.cancel(delta.request_id)
+        if rows:
+            self._send(rows)
 
-    def _emit(self, delta: TextDelta) -> None:
-        """Queue a delta; everything emitted during one engine step leaves in one frame."""
-        self._outbox.append(delta.to_wire())
-        if not self._flush_pending:
-            self._flush_pending = True
-            asyncio.get_running_loop().call_soon(self._flush)
+    def dead(self, reason: str) -> None:
+        log.error("the engine stopped: %s; exiting so the model is loaded afresh", reason)
+        error = to_wire(EngineDead(f"the engine stopped: {reason}"))
+        rows = [TextDelta(request_id, "", 0, FinishReason.ERROR, error).to_wire() for request_id in self._live]
+        self._live.clear()
+        if rows:
+            self._send(rows)
+        self.engine_dead.set()
 
-    def _flush(self) -> None:
-        self._flush_pending = False
-        rows, self._outbox = self._outbox, []
+    def _send(self, rows: list[list]) -> None:
         try:
             self._channel.send({"kind": "step", "outputs": rows})
         except ChannelClosed:
@@ -199,7 +193,9 @@ async def main_async(fd: int, preload: tuple[str, ...]) -> int:
                 capacity_policy=spec.capacity_policy,
             )
         )
-        report = await backend.start()
+        vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+        worker = Worker(channel, backend, tokenizer, vocab_size)
+        report = await backend.start(worker)
     except Exception as exc:
         error = _classify_load_error(exc)
         log.error("%s: %s", folder.name, error.message)
@@ -211,7 +207,6 @@ async def main_async(fd: int, preload: tuple[str, ...]) -> int:
         await watchdog  # the channel has one reader at a time
     rss = psutil.Process().memory_info().rss
     channel.send({"kind": "ready", "load": asdict(report), "rss_bytes": rss, "pid": os.getpid()})
-    worker = Worker(channel, backend, tokenizer)
     try:
         await worker.serve()
     finally:

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 pytest.importorskip("torch")
 
 from orchestrator.backends import hf
-from orchestrator.backends.protocol import BackendSettings
+from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TextDelta
 from orchestrator.errors import EngineDead
@@ -22,19 +22,20 @@ from orchestrator.worker.main import Worker
 REQUEST = EngineRequest("r.0", (1, 4093, 198, 6004, 2), max_new_tokens=4, sampling=SamplingParams(temperature=0.0))
 
 
-async def started_backend(folder):
+async def started_backend(folder, outputs=None):
     backend = hf.create(BackendSettings(folder, load_manifest(folder), kv_cache_bytes=32 * 2**20, threads=1))
-    await backend.start()
+    await backend.start(outputs or RequestStreams(backend))
     return backend
 
 
 def test_a_stopped_generation_loop_is_reported_as_a_dead_engine(default_engine):
     async def go():
-        backend = await started_backend(default_engine)
+        streams = RequestStreams()
+        backend = streams.backend = await started_backend(default_engine, streams)
         try:
             await asyncio.to_thread(backend._manager.stop, block=True)  # the loop is gone
             with pytest.raises(EngineDead, match="generation loop"):
-                async for _ in backend.submit(REQUEST):
+                async for _ in streams.stream(REQUEST):
                     pass
         finally:
             await backend.close()
@@ -44,11 +45,13 @@ def test_a_stopped_generation_loop_is_reported_as_a_dead_engine(default_engine):
 
 def test_the_worker_fails_the_request_and_stops_serving_when_the_engine_dies(default_engine):
     async def go():
-        backend = await started_backend(default_engine)
-        await asyncio.to_thread(backend._manager.stop, block=True)
         server_end, worker_end = socket.socketpair()
         server, channel = await Channel.open(server_end), await Channel.open(worker_end)
-        worker = Worker(channel, backend, Tokenizer.from_file(str(default_engine / "tokenizer.json")))
+        tokenizer = Tokenizer.from_file(str(default_engine / "tokenizer.json"))
+        backend = hf.create(BackendSettings(default_engine, load_manifest(default_engine), 32 * 2**20, threads=1))
+        worker = Worker(channel, backend, tokenizer, tokenizer.get_vocab_size(with_added_tokens=True))
+        await backend.start(worker)
+        await asyncio.to_thread(backend._manager.stop, block=True)
         serving = asyncio.create_task(worker.serve())
         server.send({"kind": "submit", "request": REQUEST.to_wire()})
         frame = await asyncio.wait_for(server.recv(), 30)

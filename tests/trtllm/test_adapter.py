@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from tokenizers import Tokenizer
 
-from orchestrator.backends.protocol import BackendSettings
+from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.backends.trtllm import TrtllmBackend
 from orchestrator.backends.trtllm_config import FREE_MEMORY_CAP, build_executor_config
 from orchestrator.backends.trtllm_requests import RequestBuilder, engine_priority
@@ -21,7 +21,7 @@ from orchestrator.backends.trtllm_runtime import Gpu, Runtime, check_engine, loa
 from orchestrator.backends.trtllm_stats import IterationStatsReader
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
-from orchestrator.errors import BackendUnavailable, ModelUnavailable
+from orchestrator.errors import BackendUnavailable, EngineError, ModelUnavailable, QueueFull
 from tests.trtllm.conftest import DOUBLES, make_trtllm_engine
 
 H100 = Gpu(0, "NVIDIA H100 80GB HBM3", "9.0")
@@ -165,7 +165,10 @@ def test_responses_become_token_deltas(trt):
     assert (update.request_id, update.final, update.delta.token_ids) == (3, False, [11, 12])
     assert update.delta.logprobs == [-0.2, -0.3]  # the newest tokens' share of the cumulative list
     error = reader.read(response(trt, [], error="the engine broke"))
-    assert (error.final, error.delta.finish, error.delta.error) == (True, FinishReason.ERROR, "the engine broke")
+    assert (error.final, error.delta.finish) == (True, FinishReason.ERROR)
+    assert isinstance(error.delta.error, EngineError) and "the engine broke" in error.delta.error.message
+    full = reader.read(response(trt, [], error="Maximum queue size of 8 has been reached, please try again later"))
+    assert isinstance(full.delta.error, QueueFull) and full.delta.error.retry_after_s  # retryable, as enqueue's
 
 
 @pytest.mark.parametrize(("reason", "tokens", "finish", "kept"), [
@@ -263,6 +266,13 @@ async def drain(stream) -> list:
     return [delta async for delta in stream]
 
 
+async def started(backend) -> RequestStreams:
+    """Start the backend with its output going to one stream per request."""
+    streams = RequestStreams(backend)
+    await backend.start(streams)
+    return streams
+
+
 async def eventually(condition, timeout: float = 30.0) -> None:
     """Await `condition()` becoming true, checking every 10 ms; fail after `timeout` seconds."""
     loop = asyncio.get_running_loop()
@@ -278,18 +288,19 @@ def test_load_generate_cancel_and_shut_down(trt, runtime, engines):
 
     async def life():
         backend = TrtllmBackend(settings, runtime)
-        report = await backend.start()
+        streams = RequestStreams(backend)
+        report = await backend.start(streams)
         expected_blocks = settings.kv_cache_bytes // (32 * 23040)
         assert (report.kv_blocks, report.tokens_per_block) == (expected_blocks, 32)
         assert report.kv_cache_bytes == expected_blocks * 32 * 23040 <= settings.kv_cache_bytes
 
-        deltas = await drain(backend.submit(EngineRequest("a", prompt, 6, logprobs=True)))
+        deltas = await drain(streams.stream(EngineRequest("a", prompt, 6, logprobs=True)))
         assert [t for d in deltas for t in d.token_ids] == list(prompt[:6])  # greedy: the double repeats the prompt
         assert all(len(d.logprobs) == len(d.token_ids) for d in deltas)
         assert deltas[-1].finish is FinishReason.LENGTH
 
         seen = []
-        async for delta in backend.submit(EngineRequest("b", prompt, 10_000)):
+        async for delta in streams.stream(EngineRequest("b", prompt, 10_000)):
             seen.append(delta)
             backend.cancel("b")
         assert seen[-1].finish is FinishReason.CANCELLED and seen[-1].token_ids == []
@@ -306,13 +317,13 @@ def test_load_generate_cancel_and_shut_down(trt, runtime, engines):
 def test_a_stream_abandoned_midway_is_cancelled_in_the_engine(trt, runtime, engines):
     async def life():
         backend = TrtllmBackend(settings_for(engines / "one-gpu"), runtime)
-        await backend.start()
-        stream = backend.submit(EngineRequest("left", tuple(range(300, 320)), 10_000))
+        streams = await started(backend)
+        stream = streams.stream(EngineRequest("left", tuple(range(300, 320)), 10_000))
         await anext(stream)
         assert backend.stats().running == 1
         await stream.aclose()  # the consumer goes away without cancelling
         await eventually(lambda: backend.stats().running == 0)
-        assert backend._streams == {} and backend._ids == {}
+        assert backend._names == {} and backend._ids == {}
         await backend.close()
 
     run(life())
@@ -321,12 +332,12 @@ def test_a_stream_abandoned_midway_is_cancelled_in_the_engine(trt, runtime, engi
 def test_responses_reach_the_event_loop_one_batch_per_step_not_one_call_per_token(trt, runtime, engines):
     async def life():
         backend = TrtllmBackend(settings_for(engines / "one-gpu"), runtime)
-        await backend.start()
+        streams = await started(backend)
         batches = []
         deliver = backend._deliver
         backend._pump._deliver = lambda updates: (batches.append(len(updates)), deliver(updates))
         requests = [EngineRequest(f"r{i}", tuple(range(300, 320)), 12) for i in range(4)]
-        await asyncio.gather(*(drain(backend.submit(r)) for r in requests))
+        await asyncio.gather(*(drain(streams.stream(r)) for r in requests))
         await backend.close()
         return batches
 
@@ -340,15 +351,15 @@ def test_an_engine_error_response_ends_the_stream_with_the_error(trt, runtime, d
 
     async def life():
         backend = TrtllmBackend(settings_for(folder), runtime)
-        await backend.start()  # the warm-up's 2 tokens stay below the fault
-        deltas = await drain(backend.submit(EngineRequest("x", tuple(range(300, 320)), 50)))
-        later = await drain(backend.submit(EngineRequest("y", tuple(range(300, 320)), 2)))
+        streams = await started(backend)  # the warm-up's 2 tokens stay below the fault
+        deltas = await drain(streams.stream(EngineRequest("x", tuple(range(300, 320)), 50)))
+        later = await drain(streams.stream(EngineRequest("y", tuple(range(300, 320)), 2)))
         await backend.close()
         return deltas, later
 
     deltas, later = run(life())
     assert [t for d in deltas for t in d.token_ids] == [300, 301]
-    assert deltas[-1].finish is FinishReason.ERROR and "forwardAsync" in deltas[-1].error
+    assert deltas[-1].finish is FinishReason.ERROR and "forwardAsync" in deltas[-1].error.message
     assert later[-1].finish is FinishReason.LENGTH  # the executor goes on serving
 
 

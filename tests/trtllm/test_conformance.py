@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.backends.protocol import BackendSettings
+from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
 from tests.trtllm.conftest import DOUBLES, REFERENCE, make_trtllm_engine
@@ -114,7 +114,8 @@ def _drive_the_adapter(bindings, default_engine: Path, tmp_path: Path) -> None:
 
     async def life() -> list[FinishReason]:
         backend = TrtllmBackend(settings, runtime)
-        await backend.start()
+        streams = RequestStreams(backend)
+        await backend.start(streams)
         sampled = SamplingParams(temperature=0.8, top_p=0.9, top_k=40, seed=7, presence_penalty=0.5,
                                  frequency_penalty=0.25)
         requests = [
@@ -124,9 +125,9 @@ def _drive_the_adapter(bindings, default_engine: Path, tmp_path: Path) -> None:
         ]
         finishes = []
         for request in requests:
-            async for delta in backend.submit(request):
+            async for delta in streams.stream(request):
                 finishes.append(delta.finish)
-        async for delta in backend.submit(EngineRequest("cancelled", tuple(range(300, 330)), 1000)):
+        async for delta in streams.stream(EngineRequest("cancelled", tuple(range(300, 330)), 1000)):
             backend.cancel("cancelled")
             finishes.append(delta.finish)
         backend.stats()
