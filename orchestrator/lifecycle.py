@@ -44,6 +44,8 @@ class InferenceRequest:
     prompt_tokens: int
     choices: list[Choice]
     stream: bool
+    echo: str | None = None  # the prompt's text, when the response begins with it (completions' echo)
+    cached_tokens: int | None = None  # prompt tokens the engine served from its prefix cache, where it says
     arrived: float = field(default_factory=time.monotonic)
     started: float | None = None
     first_token: float | None = None
@@ -74,6 +76,8 @@ class InferenceRequest:
                 self.first_token = now
             self.last_token = now
             choice.completion_tokens += delta.num_tokens
+        if delta.cached_tokens is not None:
+            self.cached_tokens = max(self.cached_tokens or 0, delta.cached_tokens)
         if delta.logprobs is not None and not self.stream:
             if choice.logprobs is None:
                 choice.logprobs = []

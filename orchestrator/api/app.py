@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ValidationError
 
 from orchestrator.api import admin
 from orchestrator.api.auth import auth_middleware
 from orchestrator.api.generation import serve_generation
+from orchestrator.api.http import error_response, json_response, parse
 from orchestrator.api.responses import Format
 from orchestrator.api.state import STATE, AppState
-from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest, field_path
+from orchestrator.api.tokenize import detokenize, tokenize
+from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest
 from orchestrator.config import ServerConfig
 from orchestrator.engine.manifest import EngineManifest
-from orchestrator.errors import InfernoError, InvalidRequest, NotFound, error_body, kind_of
+from orchestrator.errors import InfernoError, NotFound
 from orchestrator.metrics.engine_collector import EngineCollector
 from orchestrator.metrics.http_metrics import http_metrics_middleware
 from orchestrator.metrics.registry import new_registry
@@ -29,35 +29,6 @@ from orchestrator.scheduler.scheduler import Scheduler
 
 CHAT = Format("chat.completion", "chat.completion.chunk", chat=True)
 TEXT = Format("text_completion", "text_completion", chat=False)
-
-
-def json_response(body: dict, status: int = 200, headers: dict | None = None) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json", headers=headers)
-
-
-def error_response(error: BaseException) -> web.Response:
-    headers = None
-    if isinstance(error, InfernoError) and error.retry_after_s is not None:
-        headers = {"Retry-After": str(max(1, round(error.retry_after_s)))}
-    return json_response(error_body(error), kind_of(error).status, headers)
-
-
-async def parse(http: web.Request, wire_type: type[BaseModel]) -> BaseModel:
-    body = await http.read()
-    try:
-        return wire_type.model_validate_json(body, strict=True)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        if first["type"] == "json_invalid":
-            raise InvalidRequest(f"the request body is not valid JSON: {first['msg']}") from exc
-        where = field_path(first["loc"])
-        detail = first["msg"]
-        if first["type"] == "extra_forbidden":
-            where = ".".join(str(p) for p in first["loc"])
-            detail = "unrecognised request argument"
-        given = first.get("input")
-        shown = "" if first["type"] in ("missing", "extra_forbidden") else f" (got {given!r:.80})"
-        raise InvalidRequest(f"{where}: {detail}{shown}", param=where or None) from exc
 
 
 # -- routes -------------------------------------------------------------------------------------------------
@@ -144,6 +115,8 @@ def build_app(config: ServerConfig, catalogue: Catalogue) -> web.Application:
     app[STATE] = AppState(config, catalogue, scheduler, registry, RequestMetrics(registry), engine_collector)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/detokenize", detokenize)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model}", get_model)
     app.router.add_get("/health", health)

@@ -48,7 +48,7 @@ async def serve_generation(
             for choice in request.choices:
                 worker.submit(choice.engine_request, request.deliver)
             if request.stream:
-                return await _stream(http, request, fmt, wire.include_usage)
+                return await _stream(http, request, fmt, wire.include_usage, wire.continuous_usage)
             return await _collect(request, fmt)
     except InfernoError as exc:
         http_status = kind_of(exc).status
@@ -64,7 +64,7 @@ async def serve_generation(
 
 async def _collect(request: InferenceRequest, fmt: Format) -> web.Response:
     created = now()
-    texts: list[list[str]] = [[] for _ in request.choices]
+    texts: list[list[str]] = [[request.echo or ""] for _ in request.choices]
     while not request.all_finished:
         for delta in await next_deltas(request):
             choice = request.record(delta)
@@ -76,7 +76,9 @@ async def _collect(request: InferenceRequest, fmt: Format) -> web.Response:
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
-async def _stream(http: web.Request, request: InferenceRequest, fmt: Format, include_usage: bool) -> web.StreamResponse:
+async def _stream(
+    http: web.Request, request: InferenceRequest, fmt: Format, include_usage: bool, continuous_usage: bool
+) -> web.StreamResponse:
     """SSE as OpenAI sends it. Headers go out with the first output, so an error before any token is still
     a plain JSON error with its status; after that, an error is an SSE error event."""
     created = now()
@@ -91,7 +93,8 @@ async def _stream(http: web.Request, request: InferenceRequest, fmt: Format, inc
                 raise request.record(first_error).error
             response = await _open_stream(http)
             for choice in request.choices:
-                out += sse(fmt.chunk(request, created, choice.index, role=True, include_usage=include_usage))
+                out += sse(fmt.chunk(request, created, choice.index, request.echo, role=True,
+                                     include_usage=include_usage, continuous_usage=continuous_usage))
         for delta in deltas:
             choice = request.record(delta)
             if choice.error is not None:
@@ -102,7 +105,7 @@ async def _stream(http: web.Request, request: InferenceRequest, fmt: Format, inc
             if delta.text or delta.finish is not None or delta.logprobs:
                 chunk = fmt.chunk(
                     request, created, choice.index, delta.text, delta.finish, include_usage=include_usage,
-                    logprobs=delta.logprobs, offset=offsets[choice.index],
+                    continuous_usage=continuous_usage, logprobs=delta.logprobs, offset=offsets[choice.index],
                     alternatives=choice.engine_request.top_logprobs,
                 )
                 offsets[choice.index] += len(delta.text)

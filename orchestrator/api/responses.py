@@ -50,12 +50,16 @@ def text_logprobs(entries: list | None, offset: int = 0, alternatives: int = 0) 
 
 
 def usage(request: InferenceRequest) -> dict:
+    """Token counts so far; the prompt tokens served from the prefix cache where the engine reports them."""
     completion = request.completion_tokens
-    return {
+    counts = {
         "prompt_tokens": request.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": request.prompt_tokens + completion,
     }
+    if request.cached_tokens is not None:
+        counts["prompt_tokens_details"] = {"cached_tokens": request.cached_tokens}
+    return counts
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ class Format:
         finish: FinishReason | None = None,
         role: bool = False,
         include_usage: bool = False,
+        continuous_usage: bool = False,
         logprobs: list | None = None,
         offset: int = 0,
         alternatives: int = 0,
@@ -112,7 +117,9 @@ class Format:
             choice = {"index": index, "text": text or "", "logprobs": text_logprobs(logprobs, offset, alternatives),
                       "finish_reason": reason}
         body["choices"] = [choice]
-        if include_usage:
+        if continuous_usage:
+            body["usage"] = usage(request)
+        elif include_usage:
             body["usage"] = None
         return body
 

@@ -1,25 +1,28 @@
 """OpenAI's request bodies as pydantic types, and their one conversion into engine requests.
 
-Validation errors name the field; anything OpenAI accepts that this server cannot honour is refused
-with a 400 that says so, never silently ignored.
+Validation errors name the field; every number is bounded here to what every backend can honour (the bounds
+live in engine/request.py's LIMITS). Anything this server cannot honour is refused with a 400 that says so,
+never silently ignored. Besides OpenAI's fields, the extension fields serving peers declare are accepted
+(vLLM, trtllm-serve, SGLang): ignore_eos, min_tokens, repetition_penalty, min_p, top_k, stop_token_ids,
+include_stop_str_in_output, stream_options.continuous_usage_stats, chat_template_kwargs, and NVIDIA's `nvext`.
 """
 
 from __future__ import annotations
 
-import secrets
-import uuid
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from orchestrator.backends import features_of
-from orchestrator.engine.request import EngineRequest, SamplingParams
-from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
-from orchestrator.lifecycle import Choice, InferenceRequest
+from orchestrator.api.engine_requests import SamplingFields, build_inference_request, check_supported
+from orchestrator.engine.request import INT32_MAX, LIMITS
+from orchestrator.errors import InvalidRequest, UnsupportedParameter
+from orchestrator.lifecycle import InferenceRequest
 from orchestrator.scheduler.registry import Engine
 
-MAX_STOP_STRINGS = 16
-MAX_CHOICES = 16
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
+StopString = Annotated[str, Field(min_length=1, max_length=LIMITS.stop_string_chars)]
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
 class _Wire(BaseModel):
@@ -28,6 +31,14 @@ class _Wire(BaseModel):
 
 class StreamOptions(_Wire):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # usage on every chunk (vLLM's extension)
+
+
+class NvExt(_Wire):
+    """NVIDIA's extension wrapper (aiperf, Dynamo): the same fields as at the top level."""
+
+    ignore_eos: bool | None = None
+    min_tokens: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
 
 
 class TextPart(_Wire):
@@ -46,42 +57,45 @@ class ChatMessage(_Wire):
         return {"role": role, "content": content}
 
 
-def _seed_for_choice(seed: int, index: int) -> int:
-    return (seed * 1_000_003 + index) & 0x7FFFFFFFFFFFFFFF
-
-
 class _GenerationRequest(_Wire):
     """Fields chat and text completions share."""
 
     PROMPT_PARAM: ClassVar[str] = "prompt"
+    TOP_LOGPROBS_PARAM: ClassVar[str] = "logprobs"
 
     model: str
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
-    top_k: Annotated[int, Field(ge=0)] | None = None  # an extension many servers accept
-    n: Annotated[int, Field(ge=1, le=MAX_CHOICES)] = 1
+    max_tokens: Annotated[int, Field(ge=1, le=LIMITS.max_new_tokens)] | None = None
+    temperature: Annotated[Finite, Field(ge=0, le=LIMITS.temperature)] | None = None
+    top_p: Annotated[Finite, Field(gt=0, le=1)] | None = None
+    top_k: Annotated[int, Field(ge=-1, le=LIMITS.top_k)] | None = None  # -1 or 0: the whole vocabulary
+    min_p: Annotated[Finite, Field(ge=0, le=1)] | None = None
+    n: Annotated[int, Field(ge=1, le=LIMITS.choices)] = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None = None
-    seed: int | None = None
-    presence_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
-    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] = 0.0
+    stop: StopString | Annotated[list[StopString], Field(max_length=LIMITS.stop_strings)] | None = None
+    stop_token_ids: Annotated[list[TokenId], Field(max_length=LIMITS.stop_token_ids)] | None = None
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool | None = None
+    min_tokens: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
+    seed: Annotated[int, Field(ge=LIMITS.seed_min, le=LIMITS.seed_max)] | None = None
+    presence_penalty: Annotated[Finite, Field(ge=-LIMITS.penalty, le=LIMITS.penalty)] = 0.0
+    frequency_penalty: Annotated[Finite, Field(ge=-LIMITS.penalty, le=LIMITS.penalty)] = 0.0
+    repetition_penalty: Annotated[Finite, Field(gt=0, le=LIMITS.repetition_penalty)] = 1.0
+    logit_bias: Annotated[
+        dict[str, Annotated[Finite, Field(ge=-LIMITS.logit_bias, le=LIMITS.logit_bias)]],
+        Field(max_length=LIMITS.logit_bias_entries),
+    ] | None = None
     user: str | None = None
     service_tier: str | None = None  # "flex" runs as batch priority, "priority" as interactive
-    logit_bias: dict[str, float] | None = None
-
-    @field_validator("stop")
-    @classmethod
-    def _no_empty_stop(cls, value):
-        stops = [value] if isinstance(value, str) else value or []
-        if any(s == "" for s in stops):
-            raise ValueError("stop strings must not be empty")
-        return value
+    nvext: NvExt | None = None
 
     @property
     def include_usage(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def continuous_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.continuous_usage_stats)
 
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens
@@ -98,91 +112,58 @@ class _GenerationRequest(_Wire):
     def top_logprobs_asked(self) -> int:
         raise NotImplementedError
 
-    def _check_supported(self, engine: Engine) -> None:
-        features = features_of(engine.manifest)
-        if self.wants_logprobs() and not features.logprobs:
-            raise UnsupportedParameter(
-                f"logprobs are not supported by the '{engine.manifest.backend}' backend that serves model "
-                f"'{engine.name}'",
-                param="logprobs",
-            )
-        if self.top_logprobs_asked():
-            raise UnsupportedParameter(
-                "only the chosen token's log probability is available: ask for 0 alternatives",
-                param=self.TOP_LOGPROBS_PARAM,
-            )
-        if self.logit_bias:
-            raise UnsupportedParameter("logit_bias is not supported by this server", param="logit_bias")
-        if (self.presence_penalty or self.frequency_penalty) and not features.penalties:
-            raise UnsupportedParameter(
-                f"presence_penalty and frequency_penalty are not supported by the '{engine.manifest.backend}' "
-                f"backend that serves model '{engine.name}'; leave them at 0",
-                param="presence_penalty" if self.presence_penalty else "frequency_penalty",
-            )
+    def echo_text(self, engine: Engine, prompt: list[int]) -> str | None:
+        """The prompt's text, when the response must begin with it (completions' echo)."""
+        return None
 
-    def _sampling(self, engine: Engine, index: int) -> SamplingParams:
-        defaults = engine.manifest.generation_defaults
-        temperature = defaults.temperature if self.temperature is None else self.temperature
-        seed = secrets.randbits(63) if self.seed is None else _seed_for_choice(self.seed, index)
-        return SamplingParams(
-            temperature=temperature,
-            top_p=defaults.top_p if self.top_p is None else self.top_p,
-            top_k=defaults.top_k if self.top_k is None else self.top_k,
-            seed=seed,
+    def _extension(self, name: str):
+        """An extension field given at the top level or inside nvext; the two must not disagree."""
+        top = getattr(self, name)
+        inner = getattr(self.nvext, name) if self.nvext is not None else None
+        if top is not None and inner is not None and top != inner:
+            raise InvalidRequest(f"{name} and nvext.{name} disagree ({top!r} and {inner!r})", param=f"nvext.{name}")
+        return top if top is not None else inner
+
+    def sampling_fields(self) -> SamplingFields:
+        return SamplingFields(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=None if self.top_k is None else max(self.top_k, 0),
+            min_p=self.min_p,
+            seed=self.seed,
             presence_penalty=self.presence_penalty,
             frequency_penalty=self.frequency_penalty,
+            repetition_penalty=self.repetition_penalty,
+            logit_bias=self.logit_bias,
+            ignore_eos=bool(self._extension("ignore_eos")),
+            min_tokens=self._extension("min_tokens") or 0,
+            stop=(self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ()),
+            stop_token_ids=tuple(self.stop_token_ids or ()),
+            include_stop_str_in_output=self.include_stop_str_in_output,
+            logprobs=self.wants_logprobs(),
+            top_logprobs=self.top_logprobs_asked(),
+            logprobs_param=self.TOP_LOGPROBS_PARAM,
         )
 
     def to_inference_request(self, engine: Engine, id_prefix: str, priority: int = 0) -> InferenceRequest:
         """The checked, engine-ready request; raises InvalidRequest (400) naming what is wrong."""
-        self._check_supported(engine)
+        fields = self.sampling_fields()
+        check_supported(fields, engine)
         prompt = self.prompt_ids(engine)
-        limits = engine.manifest.limits
-        if not prompt:
-            raise InvalidRequest("the prompt is empty", param=self.PROMPT_PARAM)
-        if len(prompt) > limits.max_input_len:
-            raise ContextLengthExceeded(
-                f"this model's maximum prompt length is {limits.max_input_len} tokens, "
-                f"but the prompt has {len(prompt)} tokens",
-                param=self.PROMPT_PARAM,
-            )
-        room = limits.max_seq_len - len(prompt)
-        max_tokens = self.requested_max_tokens()
-        if max_tokens is not None and max_tokens > room:
-            raise ContextLengthExceeded(
-                f"max_tokens is {max_tokens}, but this model's maximum sequence length is {limits.max_seq_len} "
-                f"tokens and the prompt has {len(prompt)}, leaving room for at most {room}",
-                param=self.max_tokens_param(),
-            )
-        stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
-        request_id = f"{id_prefix}-{uuid.uuid4().hex}"
-        prompt_ids = tuple(prompt)
-        choices = [
-            Choice(
-                index=i,
-                engine_request=EngineRequest(
-                    id=f"{request_id}.{i}",
-                    prompt_ids=prompt_ids,
-                    max_new_tokens=max_tokens or room,
-                    sampling=self._sampling(engine, i),
-                    stop=stops,
-                    priority=priority,
-                    logprobs=self.wants_logprobs(),
-                ),
-            )
-            for i in range(self.n)
-        ]
-        return InferenceRequest(
-            id=request_id, model=engine.name, prompt_tokens=len(prompt), choices=choices, stream=self.stream
+        return build_inference_request(
+            engine, fields, prompt,
+            max_tokens=self.requested_max_tokens(), max_tokens_param=self.max_tokens_param(),
+            prompt_param=self.PROMPT_PARAM, n=self.n, stream=self.stream, id_prefix=id_prefix, priority=priority,
+            echo=self.echo_text(engine, prompt),
         )
-
 
 
 class ChatCompletionRequest(_GenerationRequest):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1, le=LIMITS.max_new_tokens)] | None = None
     logprobs: bool | None = None
-    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=LIMITS.top_logprobs)] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
     response_format: dict[str, Any] | None = None
@@ -190,8 +171,19 @@ class ChatCompletionRequest(_GenerationRequest):
 
     PROMPT_PARAM: ClassVar[str] = "messages"
     TOP_LOGPROBS_PARAM: ClassVar[str] = "top_logprobs"
+    RESERVED_TEMPLATE_KWARGS: ClassVar[frozenset] = frozenset({"messages", "add_generation_prompt", "tools"})
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _no_reserved_kwargs(cls, value):
+        clash = sorted(set(value or ()) & cls.RESERVED_TEMPLATE_KWARGS)
+        if clash:
+            raise ValueError(f"{', '.join(clash)} cannot be set through chat_template_kwargs")
+        return value
 
     def wants_logprobs(self) -> bool:
+        if self.top_logprobs and not self.logprobs:
+            raise InvalidRequest("top_logprobs needs logprobs set to true", param="top_logprobs")
         return bool(self.logprobs)
 
     def top_logprobs_asked(self) -> int:
@@ -203,40 +195,46 @@ class ChatCompletionRequest(_GenerationRequest):
     def max_tokens_param(self) -> str:
         return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
 
-    def _check_supported(self, engine: Engine) -> None:
-        super()._check_supported(engine)
+    def to_inference_request(self, engine: Engine, id_prefix: str, priority: int = 0) -> InferenceRequest:
         if self.tools or self.tool_choice not in (None, "none"):
             raise UnsupportedParameter("tool calling is not supported by this server", param="tools")
         if self.response_format and self.response_format.get("type") != "text":
             raise UnsupportedParameter("only response_format type 'text' is supported", param="response_format")
+        return super().to_inference_request(engine, id_prefix, priority)
 
     def prompt_ids(self, engine: Engine) -> list[int]:
-        return engine.prompts.encode_chat([m.as_template_input() for m in self.messages])
+        messages = [m.as_template_input() for m in self.messages]
+        return engine.prompts.encode_chat(messages, self.chat_template_kwargs or {})
 
 
 class CompletionRequest(_GenerationRequest):
-    prompt: str | Annotated[list[int], Field(min_length=1)] | Annotated[list[str], Field(min_length=1, max_length=1)]
+    prompt: str | Annotated[list[TokenId], Field(min_length=1)] | Annotated[list[str], Field(min_length=1, max_length=1)]
     logprobs: Annotated[int, Field(ge=0, le=5)] | None = None  # alternatives per token; 0: the chosen one only
     echo: bool = False
-
-    TOP_LOGPROBS_PARAM: ClassVar[str] = "logprobs"
+    suffix: str | None = None
+    best_of: Annotated[int, Field(ge=1, le=LIMITS.choices)] | None = None
 
     def wants_logprobs(self) -> bool:
         return self.logprobs is not None
 
     def top_logprobs_asked(self) -> int:
         return self.logprobs or 0
-    suffix: str | None = None
-    best_of: int | None = None
 
-    def _check_supported(self, engine: Engine) -> None:
-        super()._check_supported(engine)
-        if self.echo:
-            raise UnsupportedParameter("echo is not supported by this server", param="echo")
+    def requested_max_tokens(self) -> int | None:
+        return COMPLETIONS_DEFAULT_MAX_TOKENS if self.max_tokens is None else self.max_tokens
+
+    def to_inference_request(self, engine: Engine, id_prefix: str, priority: int = 0) -> InferenceRequest:
+        if self.echo and self.logprobs is not None:
+            raise UnsupportedParameter(
+                "echo with logprobs needs the prompt's log probabilities, which this server does not compute; "
+                "leave out logprobs or echo",
+                param="echo",
+            )
         if self.suffix:
             raise UnsupportedParameter("suffix (insertion) is not supported by this server", param="suffix")
         if self.best_of not in (None, self.n):
             raise UnsupportedParameter("best_of other than n is not supported by this server", param="best_of")
+        return super().to_inference_request(engine, id_prefix, priority)
 
     def prompt_ids(self, engine: Engine) -> list[int]:
         prompt = self.prompt
@@ -248,12 +246,21 @@ class CompletionRequest(_GenerationRequest):
         text = prompt if isinstance(prompt, str) else prompt[0]
         return engine.prompts.encode_text(text)
 
+    def echo_text(self, engine: Engine, prompt: list[int]) -> str | None:
+        if not self.echo:
+            return None
+        if isinstance(self.prompt, str):
+            return self.prompt
+        if isinstance(self.prompt[0], str):
+            return self.prompt[0]
+        return engine.prompts.tokenizer.decode(prompt, skip_special_tokens=False)
+
 
 def _field_names(*models: type[BaseModel]) -> frozenset[str]:
     return frozenset(name for model in models for name in model.model_fields)
 
 
-_FIELD_NAMES = _field_names(ChatCompletionRequest, CompletionRequest, ChatMessage, TextPart, StreamOptions)
+_FIELD_NAMES = _field_names(ChatCompletionRequest, CompletionRequest, ChatMessage, TextPart, StreamOptions, NvExt)
 
 
 def field_path(loc: tuple) -> str:

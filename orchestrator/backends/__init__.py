@@ -4,7 +4,7 @@ process never loads torch or TensorRT-LLM and a missing runtime fails that model
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orchestrator.backends.protocol import Backend, BackendSettings
 from orchestrator.engine.manifest import EngineManifest
@@ -34,17 +34,31 @@ def create_backend(settings: BackendSettings) -> Backend:
 
 @dataclass(frozen=True)
 class Features:
-    """What a backend can honour, so the HTTP layer can refuse the rest with a clear 400 up front."""
+    """What a backend can honour beyond what every backend must (max_tokens, stop strings and stop tokens,
+    ignore_eos, min_tokens, seeds, n), so the HTTP layer can refuse the rest with a clear 400 up front."""
 
-    penalties: bool  # presence_penalty / frequency_penalty
-    logprobs: bool = False  # per-token log probabilities (EngineRequest.logprobs -> TokenDelta.logprobs)
+    penalties: bool  # presence, frequency and repetition penalties
+    logprobs: bool  # the chosen token's log probability (EngineRequest.logprobs -> TokenDelta.logprobs)
+    top_logprobs: bool  # the most likely alternatives too (EngineRequest.top_logprobs)
+    logit_bias: bool
+    min_p: bool
+    top_logprobs_note: str = ""  # why top_logprobs is refused, when it depends on how the engine was built
 
 
 _FEATURES = {
-    "hf": Features(penalties=False),
-    "trtllm": Features(penalties=True, logprobs=True),
+    "hf": Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True),
+    "trtllm": Features(penalties=True, logprobs=True, top_logprobs=False, logit_bias=True, min_p=True),
 }
+_TRTLLM_WITH_LOGITS = Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True)
+_NO_GENERATION_LOGITS = (
+    "they are computed from the step's logits, and this TensorRT-LLM engine was not built to return them "
+    "(trtllm-build --gather_generation_logits; the engine manifest's generation_logits is false)"
+)
 
 
 def features_of(manifest: EngineManifest) -> Features:
+    if manifest.backend == "trtllm":
+        if manifest.generation_logits:
+            return _TRTLLM_WITH_LOGITS
+        return replace(_FEATURES["trtllm"], top_logprobs_note=_NO_GENERATION_LOGITS)
     return _FEATURES[manifest.backend]

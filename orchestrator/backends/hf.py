@@ -78,10 +78,11 @@ class _StepRouter:
 class _Live:
     """What the backend keeps per running request."""
 
-    __slots__ = ("eos", "sent")
+    __slots__ = ("eos", "logprobs", "sent")
 
-    def __init__(self, eos: frozenset[int]):
+    def __init__(self, eos: frozenset[int], logprobs: bool):
         self.eos = eos  # the tokens that end this request (end tokens unless ignored, plus its stop tokens)
+        self.logprobs = logprobs
         self.sent = 0  # generated tokens already delivered
 
 
@@ -93,6 +94,7 @@ class HfBackend:
         self._manager = None
         self._outputs: EngineOutputs | None = None
         self._live: dict[str, _Live] = {}
+        self._logprobs = None  # hf_sampling.LogprobRecords of the manager's processors
         self._dead = False
         self._kv_blocks = 0
 
@@ -159,6 +161,7 @@ class HfBackend:
             generation_config=generation, continuous_batching_config=batching
         )
         self._manager.logit_processor = sampling_processors()
+        self._logprobs = self._manager.logit_processor.logits_processor[-1].logprobs
         return str(model.device)
 
     async def _warm_up(self, streams: RequestStreams) -> None:
@@ -175,24 +178,26 @@ class HfBackend:
             self._die("the generation loop is not running")
             raise EngineDead("the hf engine's generation loop has stopped")
         eos = frozenset(request.stop_token_ids) | (frozenset() if request.ignore_eos else self._eos)
-        self._live[request.id] = _Live(eos)
+        self._live[request.id] = _Live(eos, request.logprobs)
+        if request.logprobs:
+            self._logprobs.open(request.id)
         accepted = self._manager.add_request(
             list(request.prompt_ids),
             request_id=request.id,
             max_new_tokens=request.max_new_tokens,
             streaming=True,
             eos_token_id=sorted(eos) or -1,
-            **processor_kwargs(request.sampling),
+            **processor_kwargs(request, eos),
         )
         if accepted is None:
-            del self._live[request.id]
+            self._forget(request.id)
             self._die("the generation loop refused a request")
             raise EngineDead("the hf engine's generation loop has stopped")
 
     def cancel(self, request_id: str) -> None:
         """The manager frees a cancelled request at its next step and says nothing more of it: its final delta
         is delivered here, on the next turn of the event loop."""
-        if self._live.pop(request_id, None) is None:
+        if self._forget(request_id) is None:
             return
         self._manager.cancel_request(request_id)
         outputs = self._outputs
@@ -204,28 +209,42 @@ class HfBackend:
 
         deltas = []
         for output in outputs:
-            live = self._live.get(output.request_id)
+            rid = output.request_id
+            live = self._live.get(rid)
             if live is None:
                 continue  # cancelled: its final delta has been delivered already
             tokens = output.generated_tokens
             new, live.sent = tokens[live.sent :], len(tokens)
+            delta = TokenDelta(rid, new)
+            if live.logprobs:
+                records = self._logprobs.take(rid, len(new))
+                delta.logprobs = [logprob for logprob, _ in records]
+                delta.top_logprobs = [alternatives for _, alternatives in records]
             if output.status == RequestStatus.FAILED:
-                del self._live[output.request_id]
+                self._forget(rid)
                 if not self._manager.is_running():  # the loop itself died, not just this request
                     self._die(f"the hf engine's generation loop stopped: {output.error}")
                     return
-                error = EngineError(f"the hf engine failed this request: {output.error}")
-                deltas.append(TokenDelta(output.request_id, new, FinishReason.ERROR, error))
+                delta.finish, delta.error = FinishReason.ERROR, EngineError(f"the hf engine failed this request: {output.error}")
+                delta.logprobs = delta.top_logprobs = None
             elif output.is_finished():
-                del self._live[output.request_id]
-                if new and new[-1] in live.eos:
-                    deltas.append(TokenDelta(output.request_id, new[:-1], FinishReason.STOP))
-                else:
-                    deltas.append(TokenDelta(output.request_id, new, FinishReason.LENGTH))
-            elif new:
-                deltas.append(TokenDelta(output.request_id, new))
+                self._forget(rid)
+                delta.finish = FinishReason.LENGTH
+                if new and new[-1] in live.eos:  # the end token ends the text; it is not part of it
+                    delta.finish = FinishReason.STOP
+                    del new[-1]
+                    if delta.logprobs is not None:
+                        delta.logprobs, delta.top_logprobs = delta.logprobs[: len(new)], delta.top_logprobs[: len(new)]
+            elif not new:
+                continue
+            deltas.append(delta)
         if deltas:
             self._outputs.step(deltas)
+
+    def _forget(self, request_id: str) -> _Live | None:
+        if self._logprobs is not None:
+            self._logprobs.close(request_id)
+        return self._live.pop(request_id, None)
 
     def _die(self, reason: str) -> None:
         if not self._dead:

@@ -1,19 +1,24 @@
-"""Per-request sampling for transformers' continuous batching: temperature, top-k, top-p and a seed that
-belongs to the request, not to the batch.
+"""Per-request sampling for transformers' continuous batching: logit bias, penalties, min_tokens, temperature,
+top-k, top-p, min-p, a seed that belongs to the request, and log probabilities.
 
-transformers' manager samples with one torch generator for the whole batch, so a request's output
-depends on what else is running. Here the manager is run greedy (argmax) and these processors do the
-sampling: after temperature, top-k and top-p, `SeededDraw` draws one token by inverse CDF with a
-uniform number derived only from (the request's seed, the token's position) by an integer hash, and
-hands the manager scores whose argmax is that token. The same seed and prompt give the same text
-whatever else the batch holds. Greedy requests pass through untouched.
+transformers' manager samples with one torch generator for the whole batch, so a request's output would
+depend on what else is running. Here the manager is run greedy (argmax) and these processors do the
+sampling: after the adjustments and filters, `SeededDraw` draws one token by inverse CDF with a uniform
+number derived only from (the request's seed, the token's position) by an integer hash, and hands the
+manager scores whose argmax is that token. The same seed and prompt give the same text whatever else the
+batch holds. Greedy requests pass through the filters untouched.
 
-Each processor reads one value per request (the manager's per-request argument rows). When no request
-in the step needs a processor it is skipped; that decision is made on the host before the forward pass,
-so the backend runs without CUDA graphs.
+Each processor reads its values per request (the manager's per-request argument rows) when the step is
+prepared, on the manager's thread, right before the forward pass that uses them (the backend runs the
+manager without asynchronous batching, so a request's tokens so far are known then). When no request in
+the step needs a processor, it is skipped; that decision is made on the host, so the backend runs without
+CUDA graphs. Values arrive checked (engine/request.py: check_request); processors still clamp what they
+tensorise, because an exception here would stop the engine loop for every request.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 import torch
 from transformers.generation.continuous_batching.cb_logits_processors import (
@@ -25,6 +30,7 @@ from transformers.generation.logits_process import LogitsProcessorList
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 GREEDY = -1  # draw key of a request that takes the argmax
 _KEY_RANGE = float(1 << 31)
+_INT32_MAX = 2**31 - 1
 
 
 def draw_key(seed: int, position: int) -> int:
@@ -33,6 +39,11 @@ def draw_key(seed: int, position: int) -> int:
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
     return (x ^ (x >> 31)) & 0x7FFFFFFF
+
+
+def _position(request) -> int:
+    state = request.state
+    return len(state.initial_tokens) + len(state.generated_tokens)
 
 
 class _PerRequestValue(ContinuousBatchingLogitsProcessor):
@@ -61,11 +72,79 @@ class _PerRequestValue(ContinuousBatchingLogitsProcessor):
     def _pack(self, values) -> torch.Tensor:
         if self.kind is float:
             return torch.tensor(values, dtype=torch.float32).view(torch.int32)
-        return torch.tensor(values, dtype=torch.int32)
+        return torch.tensor([min(max(int(v), -_INT32_MAX), _INT32_MAX) for v in values], dtype=torch.int32)
 
     def _unpack(self, tensor_arg: torch.Tensor, rows: int) -> torch.Tensor:
         tensor = tensor_arg[:rows]
         return tensor.view(torch.float32) if self.kind is float else tensor
+
+
+class _PerRequestRows(ContinuousBatchingLogitsProcessor):
+    """A processor whose per-request data is not one number (token lists, maps): it keeps the step's rows on
+    itself when the step is prepared, and its argument row only says which rows take part."""
+
+    kwargs: dict[str, type]
+    ignored_kwargs = ()
+
+    def __init__(self) -> None:
+        self.supported_kwargs = dict(self.kwargs)
+        self.rows: list = []
+
+    def fill_defaults(self, int32_tensor: torch.Tensor) -> None:
+        int32_tensor.zero_()
+
+    def prepare_tensor_args(self, requests_with_new_token) -> torch.Tensor:
+        self.rows = [self.row_for(request) for request in requests_with_new_token]
+        return torch.tensor([row is not None for row in self.rows], dtype=torch.int32)
+
+    def row_for(self, request):
+        raise NotImplementedError
+
+
+class LogitAdjustments(_PerRequestRows):
+    """First in line: logit bias, repetition / presence / frequency penalties, and the min_tokens ban on the
+    tokens that would end the sequence. Penalties follow vLLM: repetition over prompt and output, presence
+    and frequency over the output only."""
+
+    kwargs = {"logit_bias": tuple, "repetition_penalty": float, "presence_penalty": float,
+              "frequency_penalty": float, "min_tokens": int, "end_tokens": tuple}
+
+    def row_for(self, request):
+        kwargs = request.state.logit_processor_kwargs
+        state = request.state
+        banned = kwargs.get("end_tokens", ()) if len(state.generated_tokens) < kwargs.get("min_tokens", 0) else ()
+        row = (kwargs.get("logit_bias", ()), kwargs.get("repetition_penalty", 1.0), kwargs.get("presence_penalty", 0.0),
+               kwargs.get("frequency_penalty", 0.0), banned)
+        if row == ((), 1.0, 0.0, 0.0, ()):
+            return None
+        return row, state
+
+    def __call__(self, scores: torch.Tensor, tensor_arg: torch.Tensor) -> torch.Tensor:
+        if not any(row is not None for row in self.rows):
+            return scores
+        vocab = scores.size(-1)
+        for index, entry in enumerate(self.rows[: scores.size(0)]):
+            if entry is not None:
+                self._adjust(scores[index], entry, vocab)
+        return scores
+
+    @staticmethod
+    def _adjust(row: torch.Tensor, entry, vocab: int) -> None:
+        (bias, repetition, presence, frequency, banned), state = entry
+        if bias:
+            ids = torch.tensor([t for t, _ in bias if t < vocab], dtype=torch.long)
+            row.index_add_(0, ids, torch.tensor([b for t, b in bias if t < vocab], dtype=row.dtype))
+        if repetition != 1.0:
+            seen = torch.tensor(sorted({t for t in (*state.initial_tokens, *state.generated_tokens) if t < vocab}),
+                                dtype=torch.long)
+            values = row[seen]
+            row[seen] = torch.where(values > 0, values / repetition, values * repetition)
+        if (presence or frequency) and state.generated_tokens:
+            ids, counts = torch.tensor([t for t in state.generated_tokens if t < vocab], dtype=torch.long).unique(
+                return_counts=True)
+            row.index_add_(0, ids, -(presence + frequency * counts.to(row.dtype)))
+        if banned:
+            row[torch.tensor([t for t in banned if t < vocab], dtype=torch.long)] = float("-inf")
 
 
 class TemperatureScaling(_PerRequestValue):
@@ -124,49 +203,130 @@ class TopPFilter(_PerRequestValue):
         return ranked.gather(-1, kept - 1)
 
 
+class MinPFilter(_PerRequestValue):
+    """Drops tokens whose probability is below min_p times the most likely token's."""
+
+    kwarg, kind, neutral = "min_p", float, 0.0
+
+    def __call__(self, scores: torch.Tensor, tensor_arg: torch.Tensor) -> torch.Tensor:
+        if not self.active:
+            return scores
+        min_p = self._unpack(tensor_arg, scores.size(0)).unsqueeze(-1)
+        probs = scores.softmax(dim=-1)
+        threshold = probs.max(dim=-1, keepdim=True).values * min_p
+        return scores.masked_fill(probs < threshold, float("-inf"))
+
+
 class SeededDraw(_PerRequestValue):
-    """Last in line: draws each sampled request's token and leaves only it for the manager's argmax."""
+    """Last in line: draws each sampled request's token and leaves only it for the manager's argmax; and, for
+    requests that asked, records the chosen token's log probability and the most likely alternatives under the
+    distribution it was drawn from (after every processor before this one)."""
 
     kwarg, kind, neutral = "sample_seed", int, GREEDY
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.supported_kwargs["top_logprobs"] = int
+        self.logprobs = LogprobRecords()
+        self._wanted: list[tuple[int, str, int]] = []  # (row, request id, alternatives) of rows that asked
 
     def value_for(self, request) -> int:
         seed = request.state.logit_processor_kwargs.get(self.kwarg)
         if seed is None:
             return GREEDY
-        state = request.state
-        return draw_key(seed, len(state.initial_tokens) + len(state.generated_tokens))
+        return draw_key(seed, _position(request))
+
+    def prepare_tensor_args(self, requests_with_new_token) -> torch.Tensor:
+        self._wanted = [
+            (row, request.state.request_id, alternatives)
+            for row, request in enumerate(requests_with_new_token)
+            if (alternatives := request.state.logit_processor_kwargs.get("top_logprobs", -1)) >= 0
+        ]
+        return super().prepare_tensor_args(requests_with_new_token)
 
     def __call__(self, scores: torch.Tensor, tensor_arg: torch.Tensor) -> torch.Tensor:
-        if not self.active:
+        if not self.active and not self._wanted:
             return scores
         keys = self._unpack(tensor_arg, scores.size(0))
         sampled = keys != GREEDY
-        cdf = scores[sampled].softmax(dim=-1).cumsum(dim=-1)
-        uniform = (keys[sampled].to(torch.float32) + 0.5) / _KEY_RANGE
-        target = (uniform * cdf[:, -1]).unsqueeze(-1)
-        choice = torch.searchsorted(cdf, target, right=True).clamp_(max=scores.size(-1) - 1)
-        drawn = torch.full_like(scores[sampled], float("-inf")).scatter_(-1, choice, 0.0)
-        out = scores.clone()
-        out[sampled] = drawn
+        chosen = scores.argmax(dim=-1)
+        out = scores
+        if self.active:
+            cdf = scores[sampled].softmax(dim=-1).cumsum(dim=-1)
+            uniform = (keys[sampled].to(torch.float32) + 0.5) / _KEY_RANGE
+            target = (uniform * cdf[:, -1]).unsqueeze(-1)
+            drawn = torch.searchsorted(cdf, target, right=True).clamp_(max=scores.size(-1) - 1)
+            chosen[sampled] = drawn.squeeze(-1)
+            out = scores.clone()
+            out[sampled] = torch.full_like(scores[sampled], float("-inf")).scatter_(-1, drawn, 0.0)
+        if self._wanted:
+            self._record(scores, chosen)
         return out
+
+    def _record(self, scores: torch.Tensor, chosen: torch.Tensor) -> None:
+        rows = [row for row, _, _ in self._wanted]
+        logprobs = scores[rows].log_softmax(dim=-1)
+        most = max(alternatives for _, _, alternatives in self._wanted)
+        top = torch.topk(logprobs, most, dim=-1) if most else None
+        for i, (row, request_id, alternatives) in enumerate(self._wanted):
+            token = int(chosen[row])
+            alts = list(zip(top.indices[i, :alternatives].tolist(), top.values[i, :alternatives].tolist(),
+                            strict=True)) if alternatives else []
+            self.logprobs.add(request_id, float(logprobs[i, token]), alts)
+
+
+class LogprobRecords:
+    """Log probabilities recorded on the manager's thread, taken by the backend on the event loop, in token
+    order per request (deque appends and pops are thread-safe)."""
+
+    def __init__(self) -> None:
+        self._by_request: dict[str, deque] = {}
+
+    def open(self, request_id: str) -> None:
+        self._by_request[request_id] = deque()
+
+    def add(self, request_id: str, logprob: float, alternatives: list[tuple[int, float]]) -> None:
+        records = self._by_request.get(request_id)
+        if records is not None:
+            records.append((logprob, alternatives))
+
+    def take(self, request_id: str, count: int) -> list[tuple[float, list]]:
+        records = self._by_request.get(request_id)
+        if records is None:
+            return []
+        return [records.popleft() for _ in range(min(count, len(records)))]
+
+    def close(self, request_id: str) -> None:
+        self._by_request.pop(request_id, None)
 
 
 def sampling_processors() -> ContinuousBatchingLogitsProcessorList:
     """The processor list the backend installs in its manager, in the order sampling needs."""
-    processors = [TemperatureScaling(), TopKFilter(), TopPFilter(), SeededDraw()]
+    processors = [LogitAdjustments(), TemperatureScaling(), TopKFilter(), TopPFilter(), MinPFilter(), SeededDraw()]
     chain = ContinuousBatchingLogitsProcessorList(LogitsProcessorList(processors))
     # The list counts argument rows only for processors it converted itself; these are already per-request.
     chain.tensors_required = len(processors)
     return chain
 
 
-def processor_kwargs(sampling) -> dict:
-    """add_request keyword arguments for a request's SamplingParams."""
-    if sampling.greedy:
-        return {}
-    return {
-        "temperature": float(sampling.temperature),
-        "top_k": int(sampling.top_k),
-        "top_p": float(sampling.top_p),
-        "sample_seed": int(sampling.seed),
-    }
+def processor_kwargs(request, end_tokens: frozenset[int]) -> dict:
+    """add_request keyword arguments for an EngineRequest (neutral values are left out); `end_tokens` are the
+    tokens that would end it, banned before its min_tokens."""
+    sampling = request.sampling
+    kwargs: dict = {}
+    if request.min_tokens and end_tokens:
+        kwargs.update(min_tokens=int(request.min_tokens), end_tokens=tuple(sorted(end_tokens)))
+    if not sampling.greedy:
+        kwargs.update(temperature=float(sampling.temperature), top_k=int(sampling.top_k), top_p=float(sampling.top_p),
+                      min_p=float(sampling.min_p), sample_seed=int(sampling.seed))
+    if sampling.logit_bias:
+        kwargs["logit_bias"] = tuple(sampling.logit_bias)
+    if sampling.repetition_penalty != 1.0:
+        kwargs["repetition_penalty"] = float(sampling.repetition_penalty)
+    if sampling.presence_penalty:
+        kwargs["presence_penalty"] = float(sampling.presence_penalty)
+    if sampling.frequency_penalty:
+        kwargs["frequency_penalty"] = float(sampling.frequency_penalty)
+    if request.logprobs:
+        kwargs["top_logprobs"] = int(request.top_logprobs)
+    return kwargs

@@ -26,12 +26,12 @@ from orchestrator.backends.protocol import (
     LoadReport,
     RequestStreams,
 )
-from orchestrator.backends.trtllm_config import build_executor_config, kv_cache_limits
+from orchestrator.backends.trtllm_config import build_executor_config, engine_vocab_size, kv_cache_tokens
 from orchestrator.backends.trtllm_requests import RequestBuilder
-from orchestrator.backends.trtllm_responses import ResponsePump, ResponseReader, Update
+from orchestrator.backends.trtllm_responses import ResponsePump, ResponseReader, Update, top_alternatives
 from orchestrator.backends.trtllm_runtime import Runtime, check_engine, load_runtime, visible_gpus
 from orchestrator.backends.trtllm_stats import IterationStatsReader
-from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
+from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
 from orchestrator.errors import EngineDead, EngineError, QueueFull
 
 log = logging.getLogger(__name__)
@@ -46,13 +46,42 @@ def create(settings: BackendSettings) -> TrtllmBackend:
     return TrtllmBackend(settings, runtime)
 
 
+class _Running:
+    """What the backend keeps per executor request while it runs."""
+
+    __slots__ = ("end_tokens", "generated", "min_tokens", "name", "top_logprobs")
+
+    def __init__(self, name: str, request: EngineRequest, end_tokens: frozenset[int]):
+        self.name = name
+        self.top_logprobs = request.top_logprobs
+        self.min_tokens = request.min_tokens
+        self.end_tokens = end_tokens if request.min_tokens else frozenset()  # watched here, not by the engine
+        self.generated = 0
+
+    def cut_at_end_token(self, delta: TokenDelta) -> bool:
+        """End the delta at the first watched end token past min_tokens; True if one was found."""
+        start, self.generated = self.generated, self.generated + len(delta.token_ids)
+        if not self.end_tokens:
+            return False
+        for i, token in enumerate(delta.token_ids):
+            if start + i >= self.min_tokens and token in self.end_tokens:
+                del delta.token_ids[i:]
+                if delta.logprobs is not None:
+                    del delta.logprobs[i:]
+                if delta.top_logprobs is not None:
+                    del delta.top_logprobs[i:]
+                delta.finish = FinishReason.STOP
+                return True
+        return False
+
+
 class TrtllmBackend:
     def __init__(self, settings: BackendSettings, runtime: Runtime):
         self._settings = settings
         self._runtime = runtime
         self._trtllm = runtime.bindings
         manifest = settings.manifest
-        max_tokens, _ = kv_cache_limits(settings)
+        max_tokens = kv_cache_tokens(settings)
         tokens_per_block = manifest.kv_cache.tokens_per_block
         self._stats = IterationStatsReader(max_tokens // tokens_per_block, tokens_per_block)
         self._reader = ResponseReader(self._trtllm, manifest.tokenizer.eos_token_ids)
@@ -60,7 +89,7 @@ class TrtllmBackend:
         self._executor = None
         self._pump: ResponsePump | None = None
         self._outputs: EngineOutputs | None = None
-        self._names: dict[int, str] = {}  # executor request id -> engine request id, while it runs
+        self._running: dict[int, _Running] = {}  # executor request id -> what it is, while it runs
         self._ids: dict[str, int] = {}  # engine request id -> executor request id, while it runs
         self._failure: str | None = None
         self._closed = False
@@ -69,7 +98,7 @@ class TrtllmBackend:
         trtllm, settings = self._trtllm, self._settings
         config = build_executor_config(trtllm, settings, self._runtime)
         tokenizer = Tokenizer.from_file(str(settings.engine_dir / "tokenizer.json"))
-        self._requests = RequestBuilder(trtllm, settings.manifest, tokenizer)
+        self._requests = RequestBuilder(trtllm, settings.manifest, tokenizer, engine_vocab_size(settings.engine_dir))
         self._executor = await asyncio.to_thread(
             trtllm.Executor, settings.engine_dir, trtllm.ModelType.DECODER_ONLY, config
         )
@@ -113,7 +142,7 @@ class TrtllmBackend:
             trt_id = self._executor.enqueue_request(trt_request)
         except Exception as exc:
             raise _enqueue_error(exc) from exc
-        self._names[trt_id] = request.id
+        self._running[trt_id] = _Running(request.id, request, self._requests.end_tokens(request))
         self._ids[request.id] = trt_id
 
     def cancel(self, request_id: str) -> None:
@@ -130,23 +159,29 @@ class TrtllmBackend:
         """On the event loop: one engine step's responses (or a few), every request's, in one call."""
         deltas = []
         for update in updates:
-            name = self._names.get(update.request_id)
-            if name is None:
+            running = self._running.get(update.request_id)
+            if running is None:
                 continue  # not ours (any more)
-            update.delta.request_id = name
+            delta = update.delta
+            delta.request_id = running.name
+            if running.top_logprobs and update.logits is not None and delta.token_ids:
+                delta.logprobs, delta.top_logprobs = top_alternatives(update.logits, delta.token_ids, running.top_logprobs)
+            if running.cut_at_end_token(delta) and not update.final:
+                self.cancel(running.name)  # ended here at a stop token: the engine's last words are dropped
+                update.final = True
             if update.final:
-                del self._names[update.request_id]
-                del self._ids[name]
-            elif not update.delta.token_ids:
+                del self._running[update.request_id]
+                del self._ids[running.name]
+            elif not delta.token_ids:
                 continue
-            deltas.append(update.delta)
+            deltas.append(delta)
         if deltas:
             self._outputs.step(deltas)
 
     def _fail(self, message: str) -> None:
         """On the event loop: the executor broke; nothing more comes from it."""
         self._failure = message
-        self._names.clear()
+        self._running.clear()
         self._ids.clear()
         self._outputs.dead(f"the TensorRT-LLM executor stopped: {message}")
 
@@ -167,7 +202,7 @@ class TrtllmBackend:
         first, and the engine ends each at its next step."""
         if self._executor is None or self._closed:
             return
-        for trt_id in list(self._names):
+        for trt_id in list(self._running):
             with contextlib.suppress(Exception):
                 self._executor.cancel_request(trt_id)
         self._closed = True

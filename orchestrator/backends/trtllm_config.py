@@ -7,6 +7,8 @@ listed in TensorRT-LLM 1.2's bindings are used (tests/trtllm/test_conformance.py
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import ModuleType
 
 from orchestrator.backends.protocol import BackendSettings
@@ -25,8 +27,10 @@ REQUESTS_PER_SLOT = 16
 CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization")
 
 
-def kv_cache_limits(settings: BackendSettings) -> tuple[int, int]:
-    """(max_tokens, per-GPU bytes) for the assigned budget, rounded down to whole blocks."""
+def kv_cache_tokens(settings: BackendSettings) -> int:
+    """KvCacheConfig.max_tokens for the assigned byte budget, rounded down to whole blocks. On the TensorRT
+    engine path the cache is sized by max_tokens and the free-memory fraction only (max_gpu_total_bytes is
+    read by the PyTorch backend alone, reference §8), so the byte budget is expressed in tokens."""
     kv = settings.manifest.kv_cache
     block_bytes = kv.bytes_per_token * kv.tokens_per_block
     blocks = settings.kv_cache_bytes // block_bytes
@@ -35,19 +39,24 @@ def kv_cache_limits(settings: BackendSettings) -> tuple[int, int]:
             f"a KV cache budget of {settings.kv_cache_bytes} bytes holds no block of this engine "
             f"({block_bytes} bytes for {kv.tokens_per_block} tokens); raise worker.kv_cache_bytes"
         )
-    world_size = settings.manifest.parallel.world_size
-    return blocks * kv.tokens_per_block, blocks * block_bytes // world_size
+    return blocks * kv.tokens_per_block
+
+
+def engine_vocab_size(engine_dir: Path) -> int:
+    """The model's vocabulary size, from the engine's config.json (what embedding_bias must cover)."""
+    try:
+        return int(json.loads((engine_dir / "config.json").read_text())["pretrained_config"]["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelUnavailable(f"{engine_dir / 'config.json'} does not say the model's vocab_size: {exc}") from exc
 
 
 def build_executor_config(trtllm: ModuleType, settings: BackendSettings, runtime: Runtime):
     """ExecutorConfig for in-flight batching over a paged KV cache with prefix reuse and chunked prefill."""
     limits = settings.manifest.limits
-    max_tokens, gpu_bytes = kv_cache_limits(settings)
     kv_cache = trtllm.KvCacheConfig(
         enable_block_reuse=True,
-        max_tokens=max_tokens,  # the binding limit, the same on every GPU
+        max_tokens=kv_cache_tokens(settings),  # the budget, the same on every GPU; it binds before the cap
         free_gpu_memory_fraction=FREE_MEMORY_CAP,
-        max_gpu_total_bytes=gpu_bytes,  # the same budget in bytes, one GPU's share; the smallest limit wins
     )
     return trtllm.ExecutorConfig(
         max_beam_width=1,
@@ -59,6 +68,7 @@ def build_executor_config(trtllm: ModuleType, settings: BackendSettings, runtime
         max_num_tokens=limits.max_num_tokens,
         max_queue_size=limits.max_batch_size * REQUESTS_PER_SLOT,
         parallel_config=_parallel_config(trtllm, settings, runtime),
+        gather_generation_logits=settings.manifest.generation_logits,  # for top_logprobs, where built in
     )
 
 

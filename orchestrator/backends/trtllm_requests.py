@@ -15,7 +15,7 @@ from types import ModuleType
 from tokenizers import Tokenizer
 
 from orchestrator.engine.manifest import EngineManifest
-from orchestrator.engine.request import EngineRequest, SamplingParams
+from orchestrator.engine.request import EngineRequest
 
 PRIORITY_SCALE = 8.0
 
@@ -51,44 +51,87 @@ class StopWords:
 
 
 class RequestBuilder:
-    def __init__(self, trtllm: ModuleType, manifest: EngineManifest, tokenizer: Tokenizer):
+    """EngineRequests as executor Requests.
+
+    - ignore_eos is `end_id=-1` (no token matches it), as TensorRT-LLM's own LLM API does.
+    - The model's other end tokens (Llama 3's <|eot_id|>) and the request's stop_token_ids are one-token stop
+      words. The engine's min_tokens holds back only `end_id`, so when a request has min_tokens these are left
+      out of the engine's stop words and the backend ends the request itself at the first of them after
+      min_tokens (`end_tokens`).
+    - logit_bias is the request's `embedding_bias`: a float32 tensor over the model's vocabulary added to the
+      logits (the LLM API passes the same keyword), built only for requests that ask.
+    - top_logprobs asks for generation logits (the engine must be built to gather them).
+    """
+
+    def __init__(self, trtllm: ModuleType, manifest: EngineManifest, tokenizer: Tokenizer, vocab_size: int):
         facts = manifest.tokenizer
         self._trtllm = trtllm
         self._end_id = facts.eos_token_ids[0]  # always given: the engine's behaviour without one is unspecified
         self._pad_id = facts.pad_token_id
-        self._extra_eos = [[token] for token in facts.eos_token_ids[1:]]  # e.g. Llama 3's <|eot_id|>
+        self._extra_eos = tuple(facts.eos_token_ids[1:])  # e.g. Llama 3's <|eot_id|>
         self._stop_words = StopWords(tokenizer)
+        self._vocab_size = vocab_size
+
+    def end_tokens(self, request: EngineRequest) -> frozenset[int]:
+        """Tokens besides end_id that end this request: the model's other end tokens unless ignored, and its
+        stop tokens."""
+        return frozenset(request.stop_token_ids) | (frozenset() if request.ignore_eos else frozenset(self._extra_eos))
 
     def build(self, request: EngineRequest):
         trtllm = self._trtllm
+        output = trtllm.OutputConfig(
+            exclude_input_from_output=True,
+            return_log_probs=request.logprobs,
+            return_generation_logits=request.top_logprobs > 0,
+        )
         return trtllm.Request(
             list(request.prompt_ids),
             request.max_new_tokens,  # new tokens, not counting the prompt
             streaming=True,  # every response carries only the tokens new since the last one
-            sampling_config=self._sampling(request.sampling),
-            output_config=trtllm.OutputConfig(exclude_input_from_output=True, return_log_probs=request.logprobs),
-            end_id=self._end_id,
+            sampling_config=self._sampling(request),
+            output_config=output,
+            end_id=-1 if request.ignore_eos else self._end_id,
             pad_id=self._pad_id,
-            stop_words=self._stops(request.stop) or None,
+            stop_words=self._stops(request) or None,
+            embedding_bias=self._embedding_bias(request.sampling.logit_bias),
             priority=engine_priority(request.priority),
         )
 
-    def _stops(self, stops: tuple[str, ...]) -> list[list[int]]:
-        words = [ids for ids in map(self._stop_words.exact, stops) if ids is not None]
-        return self._extra_eos + words
+    def _stops(self, request: EngineRequest) -> list[list[int]]:
+        if request.min_tokens:  # the backend ends the request at these, once min_tokens are out
+            return []
+        words = [ids for ids in map(self._stop_words.exact, request.stop) if ids is not None]
+        return [[token] for token in sorted(self.end_tokens(request))] + words
 
-    def _sampling(self, sampling: SamplingParams):
-        penalties = {}
+    def _embedding_bias(self, logit_bias: tuple[tuple[int, float], ...]):
+        if not logit_bias:
+            return None
+        import torch  # TensorRT-LLM depends on it; only requests with logit_bias need it here
+
+        bias = torch.zeros(self._vocab_size, dtype=torch.float32)
+        for token, value in logit_bias:
+            bias[token] = value
+        return bias
+
+    def _sampling(self, request: EngineRequest):
+        sampling = request.sampling
+        extras = {}
         if sampling.presence_penalty:
-            penalties["presence_penalty"] = sampling.presence_penalty
+            extras["presence_penalty"] = sampling.presence_penalty
         if sampling.frequency_penalty:
-            penalties["frequency_penalty"] = sampling.frequency_penalty
+            extras["frequency_penalty"] = sampling.frequency_penalty
+        if sampling.repetition_penalty != 1.0:
+            extras["repetition_penalty"] = sampling.repetition_penalty
+        if request.min_tokens:
+            extras["min_tokens"] = request.min_tokens
         if sampling.greedy:
-            return self._trtllm.SamplingConfig(top_k=1, **penalties)
+            return self._trtllm.SamplingConfig(top_k=1, **extras)
+        if sampling.min_p:
+            extras["min_p"] = sampling.min_p
         return self._trtllm.SamplingConfig(
             temperature=sampling.temperature,
             top_k=sampling.top_k,  # 0 is the whole vocabulary, as for the engine
             top_p=sampling.top_p,  # always given: the engine's default (0) with top_k 0 would be greedy
             seed=sampling.seed,
-            **penalties,
+            **extras,
         )

@@ -30,11 +30,13 @@ AWAIT_TIMEOUT = timedelta(seconds=1)
 @dataclass(slots=True)
 class Update:
     """One response, read: for the executor request `request_id`, new tokens, and whether it is the last.
-    The delta's own request_id (the engine request's) is filled in by the backend."""
+    The delta's own request_id (the engine request's) is filled in by the backend; `logits` are the new tokens'
+    generation logits ([tokens, vocab]) where the request asked for them."""
 
     request_id: int
     delta: TokenDelta
     final: bool
+    logits: object | None = None
 
 
 class ResponseReader:
@@ -60,8 +62,9 @@ class ResponseReader:
         beams = result.output_token_ids
         tokens = list(beams[0]) if beams else []  # one beam: beam_width is 1
         logprobs = _last_logprobs(result.log_probs, len(tokens))
+        logits = _step_logits(result.generation_logits, len(tokens))
         if not result.is_final:
-            return Update(request_id, TokenDelta("", tokens, logprobs=logprobs), False)
+            return Update(request_id, TokenDelta("", tokens, logprobs=logprobs), False, logits)
         reasons = result.finish_reasons
         finish = self._finish.get(reasons[0]) if reasons else None
         if finish is None:  # NOT_FINISHED in a final result: judge by the last token
@@ -70,7 +73,7 @@ class ResponseReader:
             while tokens and tokens[-1] in self._eos:  # an end token ends the text, it is not part of it
                 tokens.pop()
             logprobs = logprobs[: len(tokens)] if logprobs is not None else None
-        return Update(request_id, TokenDelta("", tokens, finish, logprobs=logprobs), True)
+        return Update(request_id, TokenDelta("", tokens, finish, logprobs=logprobs), True, logits)
 
 
 def request_error(message: str) -> InfernoError:
@@ -79,6 +82,26 @@ def request_error(message: str) -> InfernoError:
     if "maximum queue size" in message.lower():
         return QueueFull(f"the engine's request queue is full; retry shortly ({message})", retry_after_s=1.0)
     return EngineError(f"the engine failed this request: {message}")
+
+
+def _step_logits(generation_logits, count: int):
+    """The generation logits of the `count` newest tokens as [tokens, vocab]. A streaming response carries its
+    step's logits as [tokens, beam, vocab] (reference §8); beam 0 is the only one."""
+    if generation_logits is None or not count:
+        return None
+    logits = generation_logits[:, 0, :] if generation_logits.dim() == 3 else generation_logits
+    return logits[-count:]
+
+
+def top_alternatives(logits, chosen: list[int], count: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
+    """For each step's logits ([tokens, vocab]): the chosen token's log probability and the `count` most likely
+    tokens with theirs, best first."""
+    logprobs = logits.float().log_softmax(dim=-1)
+    top = logprobs.topk(count, dim=-1)
+    picked = [float(logprobs[i, token]) for i, token in enumerate(chosen[: logprobs.size(0)])]
+    alternatives = [list(zip(ids, values, strict=True)) for ids, values in zip(top.indices.tolist(), top.values.tolist(),
+                                                                             strict=True)]
+    return picked, alternatives
 
 
 def _last_logprobs(log_probs, count: int) -> list[float] | None:

@@ -107,6 +107,7 @@ class EngineManifest(_Frozen):
     kv_cache: KvCacheFacts
     weights_bytes: int = Field(ge=0)
     generation_defaults: GenerationDefaults = GenerationDefaults()
+    generation_logits: bool = False  # trtllm: built to return each step's logits (needed for top_logprobs)
     build: BuildInfo
 
     @property

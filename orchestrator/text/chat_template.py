@@ -39,11 +39,15 @@ def compile_template(source: str) -> jinja2.Template:
     return env.from_string(source)
 
 
-def render_chat(source: str, messages: list[dict], special_tokens: dict[str, str]) -> str:
-    """The prompt text for `messages`, ending with the assistant's generation prompt."""
+def render_chat(source: str, messages: list[dict], variables: dict, add_generation_prompt: bool = True) -> str:
+    """The prompt text for `messages`, ending with the assistant's generation prompt unless told not to.
+    `variables` are the other names the template sees: the tokenizer's special tokens and the request's
+    chat_template_kwargs."""
     try:
-        return compile_template(source).render(messages=messages, add_generation_prompt=True, **special_tokens)
+        return compile_template(source).render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **variables
+        )
     except TemplateError:
         raise
-    except jinja2.TemplateError as exc:
+    except Exception as exc:  # the template is the model's code: whatever it raises is a refusal of this input
         raise TemplateError(f"the model's chat template failed on these messages: {exc}", param="messages") from exc

@@ -38,14 +38,21 @@ class PromptEncoder:
             template = config.get("chat_template")
             self.chat_template = template if isinstance(template, str) else None
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
+    def encode_chat(
+        self,
+        messages: list[dict],
+        template_kwargs: dict | None = None,
+        add_generation_prompt: bool = True,
+        add_special_tokens: bool = False,
+    ) -> list[int]:
         if self.chat_template is None:
             raise InvalidRequest(
                 "this model has no chat template: use /v1/completions with a plain prompt", param="messages"
             )
-        text = render_chat(self.chat_template, messages, self.special_tokens)
+        variables = {**(template_kwargs or {}), **self.special_tokens}
+        text = render_chat(self.chat_template, messages, variables, add_generation_prompt)
         # The template already wrote every special token the model expects.
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
     def encode_text(self, prompt: str) -> list[int]:
         return self.tokenizer.encode(prompt, add_special_tokens=True).ids

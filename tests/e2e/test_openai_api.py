@@ -314,20 +314,6 @@ def test_max_tokens_beyond_the_engine_is_a_400(client):
     assert "9000" in error["message"] and "8192" in error["message"]
 
 
-def test_penalties_are_refused_clearly_by_the_hf_backend(client):
-    with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model=DEFAULT_MODEL, messages=CAPITAL, presence_penalty=0.5)
-    assert caught.value.body["code"] == "unsupported_parameter"
-    assert "hf" in caught.value.body["message"]
-
-
-def test_logprobs_are_refused_clearly_by_the_hf_backend(client):
-    with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model=DEFAULT_MODEL, messages=CAPITAL, logprobs=True)
-    assert caught.value.body["code"] == "unsupported_parameter"
-    assert caught.value.body["param"] == "logprobs"
-
-
 def test_unknown_route_is_openai_shaped(server):
     try:
         urllib.request.urlopen(f"{server.base_url}/v1/nope", timeout=10)

@@ -1,5 +1,6 @@
 """What the reference on TensorRT-LLM 1.2 (../shared/reference/tensorrt-llm-1.2.md) says the Executor's Python
-bindings are made of: the names in its §1, and the argument rules it spells out for a few classes."""
+bindings are made of: the names in its §1 and §8 (corrections and additions, checked against 1.2 sources), and
+the argument rules it spells out for a few classes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 @dataclass(frozen=True)
 class Reference:
-    names: frozenset[str]  # every name §1 lists
+    names: frozenset[str]  # every name §1 lists, and §8's corrections and additions
     kv_cache_positional: tuple[str, ...]  # KvCacheConfig's positional-or-keyword arguments, in order
     kv_cache_keyword_only: frozenset[str]
     request_positional: tuple[str, ...]
@@ -22,8 +23,9 @@ class Reference:
 def read_reference(path: Path) -> Reference:
     text = path.read_text()
     section = text[text.index("## 1.") : text.index("## 2.")]
+    additions = text[text.index("## 8.") :]
     return Reference(
-        names=frozenset(_names(section)),
+        names=frozenset(_names(section) | _names(additions)),
         kv_cache_positional=tuple(_backticked_names(_paragraph(section, "**Positional or keyword, in order:**"))),
         kv_cache_keyword_only=frozenset(_backticked_names(_paragraph(section, "**Keyword-only:**"))),
         request_positional=tuple(_backticked_names(_paragraph(section, "**Positional:**"))),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,6 +26,7 @@ from orchestrator.errors import BackendUnavailable, EngineError, ModelUnavailabl
 from tests.trtllm.conftest import DOUBLES, make_trtllm_engine
 
 H100 = Gpu(0, "NVIDIA H100 80GB HBM3", "9.0")
+VOCAB = 49152  # SmolLM2's, which the test engines take
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +58,7 @@ def test_executor_config_sizes_the_kv_cache_by_the_assigned_bytes(trt, runtime, 
     config = build_executor_config(trt, settings, runtime)
     kv = config.kv_cache_config
     assert kv.max_tokens == 100 * 32
-    assert kv.max_gpu_total_bytes == 100 * 32 * 23040
+    assert kv.max_gpu_total_bytes == 0  # not read on the engine path: max_tokens carries the budget
     assert kv.free_gpu_memory_fraction == FREE_MEMORY_CAP  # set, never left to the implicit default
     assert kv.enable_block_reuse is True
 
@@ -95,7 +97,6 @@ def test_a_multi_gpu_engine_runs_in_orchestrator_mode(trt, runtime, engines):
     assert parallel.communication_mode is trt.CommunicationMode.ORCHESTRATOR
     assert parallel.orchestrator_config.is_orchestrator is True
     assert parallel.orchestrator_config.worker_executable_path == str(runtime.worker_executable)
-    assert config.kv_cache_config.max_gpu_total_bytes == 5 * 32 * 23040  # each GPU's half of the budget
     assert config.kv_cache_config.max_tokens == 10 * 32
 
 
@@ -113,7 +114,7 @@ def builder(trt, engines) -> RequestBuilder:
     extra_eos = manifest.model_copy(
         update={"tokenizer": manifest.tokenizer.model_copy(update={"eos_token_ids": (2, 0)})}
     )
-    return RequestBuilder(trt, extra_eos, Tokenizer.from_file(str(folder / "tokenizer.json")))
+    return RequestBuilder(trt, extra_eos, Tokenizer.from_file(str(folder / "tokenizer.json")), VOCAB)
 
 
 def test_a_request_streams_new_tokens_with_end_and_pad_ids(trt, builder):
@@ -134,12 +135,47 @@ def test_exact_stop_strings_become_stop_words_and_others_stay_text_only(builder)
 def test_sampling_maps_greedy_to_top_k_1_and_passes_the_rest(builder):
     greedy = builder.build(EngineRequest("g", (5,), 9, SamplingParams(temperature=0.0, presence_penalty=0.5)))
     assert (greedy.sampling_config.top_k, greedy.sampling_config.temperature) == (1, None)
+    assert (greedy.sampling_config.min_tokens, greedy.sampling_config.repetition_penalty) == (None, None)
     assert greedy.sampling_config.presence_penalty == 0.5
     sampled = builder.build(EngineRequest("s", (5,), 9, SamplingParams(0.7, 0.9, 40, seed=11, frequency_penalty=0.3)))
     config = sampled.sampling_config
     assert (config.temperature, config.top_p, config.top_k, config.seed) == (pytest.approx(0.7), pytest.approx(0.9), 40, 11)
     assert (config.frequency_penalty, config.presence_penalty) == (pytest.approx(0.3), None)
     assert builder.build(EngineRequest("a", (5,), 9, SamplingParams(1.0))).sampling_config.top_p == 1.0
+
+
+def test_ignore_eos_is_an_end_id_no_token_matches_and_drops_the_extra_end_tokens(builder):
+    request = builder.build(EngineRequest("r", (5,), 9, ignore_eos=True, stop_token_ids=(7,)))
+    assert request.end_id == -1  # as TensorRT-LLM's LLM API does for ignore_eos
+    assert request.stop_words == [[7]]  # the request's own stop tokens still end it
+
+
+def test_stop_token_ids_are_one_token_stop_words(builder):
+    assert builder.build(EngineRequest("r", (5,), 9, stop_token_ids=(9, 7))).stop_words == [[0], [7], [9]]
+
+
+def test_min_tokens_reaches_the_engine_and_keeps_end_tokens_for_the_backend(builder):
+    request = EngineRequest("r", (5,), 9, stop_token_ids=(7,), min_tokens=4, stop=(" dragon",))
+    built = builder.build(request)
+    assert built.sampling_config.min_tokens == 4
+    assert built.stop_words is None  # the engine's min_tokens holds back end_id only
+    assert builder.end_tokens(request) == frozenset({0, 7})
+
+
+def test_penalties_min_p_and_logit_bias_reach_the_engine(builder):
+    sampling = SamplingParams(0.8, 0.9, 0, seed=3, repetition_penalty=1.3, min_p=0.05, logit_bias=((11, 5.0), (12, -100.0)))
+    built = builder.build(EngineRequest("r", (5,), 9, sampling))
+    assert built.sampling_config.repetition_penalty == pytest.approx(1.3)
+    assert built.sampling_config.min_p == pytest.approx(0.05)
+    bias = built.embedding_bias
+    assert (tuple(bias.shape), str(bias.dtype)) == ((VOCAB,), "torch.float32")
+    assert (bias[11].item(), bias[12].item(), float(bias.abs().sum())) == (5.0, -100.0, 105.0)
+    assert builder.build(EngineRequest("r", (5,), 9)).embedding_bias is None
+
+
+def test_top_logprobs_ask_for_generation_logits(builder):
+    assert builder.build(EngineRequest("r", (5,), 9, logprobs=True, top_logprobs=3)).output_config.return_generation_logits
+    assert not builder.build(EngineRequest("r", (5,), 9, logprobs=True)).output_config.return_generation_logits
 
 
 def test_priority_keeps_the_order_inside_the_engines_range():
@@ -323,7 +359,7 @@ def test_a_stream_abandoned_midway_is_cancelled_in_the_engine(trt, runtime, engi
         assert backend.stats().running == 1
         await stream.aclose()  # the consumer goes away without cancelling
         await eventually(lambda: backend.stats().running == 0)
-        assert backend._names == {} and backend._ids == {}
+        assert backend._running == {} and backend._ids == {}
         await backend.close()
 
     run(life())
@@ -361,6 +397,59 @@ def test_an_engine_error_response_ends_the_stream_with_the_error(trt, runtime, d
     assert [t for d in deltas for t in d.token_ids] == [300, 301]
     assert deltas[-1].finish is FinishReason.ERROR and "forwardAsync" in deltas[-1].error.message
     assert later[-1].finish is FinishReason.LENGTH  # the executor goes on serving
+
+
+def test_the_request_fields_change_what_the_engine_generates(trt, runtime, default_engine, tmp_path):
+    """ignore_eos, min_tokens with a stop token, logit_bias and top_logprobs, through the adapter and the double
+    (whose model repeats the prompt, so the effect of each field is exact)."""
+    manifest = json.loads((default_engine / "engine.json").read_text())
+    folder = make_trtllm_engine(default_engine, tmp_path, "logits", build={"gather_generation_logits": True})
+    engine_json = json.loads((folder / "engine.json").read_text())
+    (folder / "engine.json").write_text(json.dumps({**engine_json, "generation_logits": True}))
+    end = manifest["tokenizer"]["eos_token_ids"][0]
+    prompt = (300, 301, end, 302)  # the end token comes third
+
+    async def life():
+        backend = TrtllmBackend(settings_for(folder), runtime)
+        streams = await started(backend)
+        runs = {
+            "plain": EngineRequest("plain", prompt, 8),
+            "ignore_eos": EngineRequest("ignore_eos", prompt, 8, ignore_eos=True),
+            "min_tokens": EngineRequest("min_tokens", prompt, 8, min_tokens=4, stop_token_ids=(301,)),
+            "bias": EngineRequest("bias", prompt, 3, SamplingParams(0.0, logit_bias=((777, 100.0),))),
+            "top": EngineRequest("top", prompt, 2, logprobs=True, top_logprobs=3),
+        }
+        outcome = {name: await streams.run(request) for name, request in runs.items()}
+        await backend.close()
+        return outcome
+
+    outcome = run(life())
+    tokens = {name: [t for d in deltas for t in d.token_ids] for name, deltas in outcome.items()}
+    finish = {name: deltas[-1].finish for name, deltas in outcome.items()}
+    assert (tokens["plain"], finish["plain"]) == ([300, 301], FinishReason.STOP)
+    assert (tokens["ignore_eos"], finish["ignore_eos"]) == ([300, 301, end, 302, 300, 301, end, 302], FinishReason.LENGTH)
+    # min_tokens 4 holds back the end token and the stop token 301 up to the 4th token; then 301 ends it
+    assert (tokens["min_tokens"], finish["min_tokens"]) == ([300, 301, 302, 300], FinishReason.STOP)
+    assert tokens["bias"] == [777, 777, 777]  # +100 outweighs the model's preference
+    top = [alternatives for d in outcome["top"] for alternatives in d.top_logprobs or []]
+    assert [[t for t, _ in alternatives] for alternatives in top] == [[300, 301, end], [301, end, 302]]
+    assert all(a[0][1] > a[1][1] > a[2][1] for a in top)  # best first
+    chosen = [lp for d in outcome["top"] for lp in d.logprobs]
+    assert chosen == [a[0][1] for a in top]  # greedy: the chosen token is the most likely
+
+
+def test_closing_cancels_live_requests_because_shutdown_drains(trt, runtime, engines):
+    async def life():
+        backend = TrtllmBackend(settings_for(engines / "one-gpu"), runtime)
+        streams = await started(backend)
+        stream = streams.stream(EngineRequest("long", tuple(range(300, 320)), 10_000))
+        await anext(stream)
+        engine = backend._executor._engine
+        await backend.close()
+        return engine
+
+    engine = run(life())
+    assert list(engine.finish_reasons.values())[-1] == "CANCELLED"  # not drained to its 10,000th token
 
 
 class FakeNvml:

@@ -122,6 +122,9 @@ def _drive_the_adapter(bindings, default_engine: Path, tmp_path: Path) -> None:
             EngineRequest("stop", tuple(range(300, 330)), 64, stop=(" the",), logprobs=True, priority=3),
             EngineRequest("sampled", tuple(range(300, 330)), 8, sampling=sampled),
             EngineRequest("too-long", tuple(range(300, 350)), 8),
+            EngineRequest("fields", tuple(range(300, 330)), 8, ignore_eos=True, min_tokens=2, stop_token_ids=(305,),
+                          sampling=SamplingParams(0.7, 0.9, 0, seed=1, repetition_penalty=1.2, min_p=0.1,
+                                                  logit_bias=((310, 3.0),))),
         ]
         finishes = []
         for request in requests:

@@ -95,10 +95,8 @@ def test_token_id_prompts_are_checked(engine):
 @pytest.mark.parametrize(
     "fields, param",
     [
-        ({"presence_penalty": 1.0}, "presence_penalty"),
-        ({"frequency_penalty": 1.0}, "frequency_penalty"),
-        ({"logprobs": True}, "logprobs"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
     ],
 )
 def test_what_the_backend_cannot_do_is_refused(engine, fields, param):

@@ -30,6 +30,7 @@ class EngineFacts:
     tokens_per_block: int
     world_size: int
     kv_bytes_per_token: int  # K and V, all layers, all ranks
+    vocab_size: int
     fail_after_tokens: int | None
 
     @classmethod
@@ -55,6 +56,7 @@ class EngineFacts:
             tokens_per_block=build["plugin_config"]["tokens_per_block"],
             world_size=world_size,
             kv_bytes_per_token=per_token,
+            vocab_size=pretrained["vocab_size"],
             fail_after_tokens=_fault_plan(folder / "rank0.engine").get("fail_after_tokens"),
         )
 
@@ -80,7 +82,10 @@ class Sequence:
     min_tokens: int
     priority: float
     position: int
+    bias: dict[int, float] = field(default_factory=dict)  # the embedding_bias's non-zero entries
+    logits_vocab: int = 0  # the vocabulary size when generation logits are returned, else 0
     generated: list[int] = field(default_factory=list)
+    logits: list = field(default_factory=list)  # per generated token not yet streamed: its logits row
     probs: list[float] = field(default_factory=list)
     sent: int = 0  # generated tokens already streamed
     blocks_known: int = 0
@@ -95,6 +100,12 @@ class Sequence:
                 self.position += 1
                 if token != self.end_id:
                     break
+        scores = self._scores(token)
+        if self.bias or self.logits_vocab:
+            banned = self.end_id if len(self.generated) < self.min_tokens else None
+            token = max((t for t in scores if t != banned), key=lambda t: scores[t])  # first of equals: the prompt's
+        if self.logits_vocab:
+            self.logits.append(scores)
         if token == self.end_id:
             return "END_ID"  # the end token is not part of the output
         self.generated.append(token)
@@ -104,6 +115,29 @@ class Sequence:
         if len(self.generated) >= self.max_new:
             return "LENGTH"
         return None
+
+    def _scores(self, token: int) -> dict[int, float]:
+        """The "model's" logits where they are not 0: 10 for the prompt's next token, 9 and 8 for the two after
+        it, plus the request's bias."""
+        n = len(self.prompt)
+        scores: dict[int, float] = {}
+        for offset, score in ((0, 10.0), (0, 9.0), (1, 8.0)):
+            candidate = token if score == 10.0 else self.prompt[(self.position + offset) % n]
+            scores.setdefault(candidate, score)
+        for biased, value in self.bias.items():
+            scores[biased] = scores.get(biased, 0.0) + value
+        return scores
+
+    def logits_tensor(self, count: int):
+        """The streamed tokens' logits as [tokens, beam, vocab], from the last `count` steps."""
+        import torch
+
+        rows, self.logits = self.logits[-count:], []
+        tensor = torch.zeros(len(rows), 1, self.logits_vocab, dtype=torch.float32)
+        for i, scores in enumerate(rows):
+            for token, value in scores.items():
+                tensor[i, 0, token] = value
+        return tensor
 
 
 class Engine:
@@ -115,6 +149,7 @@ class Engine:
         self._max_queue = config.max_queue_size
         self._stats_kept = config.iter_stats_max_iterations
         self._reuse = config.kv_cache_config.enable_block_reuse
+        self._gather_logits = config.gather_generation_logits
         self.max_blocks = self._size_kv_cache(config.kv_cache_config)
         self._cond = threading.Condition()
         self._wake = threading.Event()
@@ -124,6 +159,7 @@ class Engine:
         self._stats: list = []
         self._cancelled: set[int] = set()
         self._terminated: set[int] = set()
+        self.finish_reasons: dict[int, str] = {}  # how each request ended (for tests of draining)
         self._cached_blocks: OrderedDict[int, None] = OrderedDict()
         self._counters = {"reused_blocks": 0, "missed_blocks": 0, "alloc_total_blocks": 0, "alloc_new_blocks": 0}
         self._next_id = 1
@@ -145,12 +181,11 @@ class Engine:
                                f"({self.facts.world_size}) when participantIds are not specified")
 
     def _size_kv_cache(self, kv) -> int:
-        """The smallest of max_tokens, the free-memory fraction (0.9 when None) and max_gpu_total_bytes."""
+        """The smaller of max_tokens and the free-memory fraction (0.9 when None). max_gpu_total_bytes is not read
+        on the TensorRT engine path (reference §8: the PyTorch backend reads it)."""
         block_bytes = self.facts.tokens_per_block * self.facts.kv_bytes_per_token // self.facts.world_size
         fraction = 0.9 if kv.free_gpu_memory_fraction is None else kv.free_gpu_memory_fraction
         limits = [int(fraction * FREE_BYTES_AFTER_LOAD) // block_bytes]
-        if kv.max_gpu_total_bytes:
-            limits.append(kv.max_gpu_total_bytes // block_bytes)
         if kv.max_tokens is not None:
             limits.append(kv.max_tokens // self.facts.tokens_per_block)
         return min(limits)
@@ -202,12 +237,13 @@ class Engine:
             return stats
 
     def shutdown(self) -> None:
+        """Drains, as TensorRT-LLM's does: the terminate request waits behind the work, so this returns once
+        every queued and active request has finished. From its start the API methods raise."""
         with self._cond:
             if self.shutdown_called:
                 return
             self.shutdown_called = True
             self._cond.notify_all()
-        self._wake.set()
         self._thread.join()
 
     def _check_running(self) -> None:
@@ -219,7 +255,7 @@ class Engine:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self.shutdown_called or self._queue or self._active)
-                if self.shutdown_called:
+                if self.shutdown_called and not (self._queue or self._active):
                     return
                 started = time.perf_counter()
                 responses, admitted = self._admit()
@@ -228,6 +264,8 @@ class Engine:
                 for response in responses:
                     if response.has_error() or response.result.is_final:
                         self._terminated.add(response.request_id)
+                        self.finish_reasons[response.request_id] = (
+                            "error" if response.has_error() else response.result.finish_reasons[0].name)
                 self._responses.extend(responses)
                 self._cond.notify_all()
                 busy = bool(self._active)
@@ -261,6 +299,16 @@ class Engine:
         if sampling.beam_width != 1 or request._num_return_sequences != 1:
             raise ValueError("the test double generates one sequence per request (beam_width 1, one return sequence)")
         greedy = sampling.top_k == 1 or not sampling.top_p
+        bias = {}
+        if request.embedding_bias is not None:
+            values = request.embedding_bias.tolist()
+            if len(values) != self.facts.vocab_size:
+                raise ValueError(f"embedding_bias has {len(values)} entries, the vocabulary {self.facts.vocab_size}")
+            bias = {token: value for token, value in enumerate(values) if value}
+        wants_logits = request.output_config.return_generation_logits
+        if wants_logits and not self._gather_logits:
+            raise ValueError("generation logits were requested but the executor does not gather them "
+                             "(ExecutorConfig.gather_generation_logits)")
         return Sequence(
             id=request_id,
             prompt=prompt,
@@ -273,6 +321,8 @@ class Engine:
             min_tokens=1 if sampling.min_tokens is None else sampling.min_tokens,
             priority=request._priority_value,
             position=0 if greedy else (sampling.seed or 0) % len(prompt),
+            bias=bias,
+            logits_vocab=self.facts.vocab_size if wants_logits else 0,
         )
 
     def _step(self, responses: list) -> int:
@@ -316,8 +366,9 @@ class Engine:
         if not tokens and not final:
             return None
         log_probs = list(sequence.probs) if sequence.log_probs else None  # every generated token so far
+        logits = sequence.logits_tensor(len(tokens)) if sequence.logits_vocab and tokens and sequence.streaming else None
         return self._make_response(sequence.id, tokens=tokens, reason=reason, final=final, log_probs=log_probs,
-                                   decoding_iter=len(sequence.generated))
+                                   decoding_iter=len(sequence.generated), generation_logits=logits)
 
     # -- the KV cache and stats ----------------------------------------------------------------------------------
     def _count_block_reuse(self, prompt: list[int]) -> None:

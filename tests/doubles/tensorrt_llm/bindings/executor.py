@@ -6,8 +6,8 @@ keyword-only rules and behaviours that Inferno's reference on TensorRT-LLM 1.2 d
 
 - constructors check argument names, keyword-only rules and types, raising TypeError like nanobind does;
   read-only properties raise AttributeError when set; only ExecutorConfig accepts unknown attributes;
-- KvCacheConfig sizing: the smallest of max_tokens, the free-memory fraction (0.9 when None) and
-  max_gpu_total_bytes (per GPU) wins;
+- KvCacheConfig sizing: the smaller of max_tokens and the free-memory fraction (0.9 when None) wins;
+  max_gpu_total_bytes is accepted and not read, as on the real TensorRT engine path;
 - the Executor runs its own loop in a background thread; `await_responses(timeout=timedelta)` blocks
   (releasing the GIL) until responses arrive; a streaming request's results carry only the tokens new
   since the last response; `has_error()` is a method, `error_msg` and `result` raise in the wrong state;
@@ -18,8 +18,14 @@ keyword-only rules and behaviours that Inferno's reference on TensorRT-LLM 1.2 d
 How it generates tokens (its "model", in tensorrt_llm/bindings/_engine.py): it repeats the prompt. Token k
 of the answer is prompt[(offset + k) % len(prompt)], offset 0 for greedy requests (top_k 1, or top_p 0 /
 unset) and seed % len(prompt) for sampled ones. It honours max_tokens, end_id (not part of the output),
-stop_words (part of the output), min_tokens (default 1: the first token is never end_id) and the
-engine's limits read from config.json. One step (one token for every running request) takes 5 ms.
+stop_words (part of the output), min_tokens (default 1: the first token is never end_id), end_id -1 (no
+token ends the sequence: ignore_eos) and the engine's limits read from config.json. Its "logits" give the
+prompt's next token 10, the two tokens after it 9 and 8, and every other token 0; a request's embedding_bias
+is added before the greedy choice (so a bias of +100 forces a token, -100 bans one), and with
+return_generation_logits each streamed response carries them as [tokens, beam, vocab] (reference §8) when the
+executor was configured with gather_generation_logits. One step (one token for every running request) takes
+5 ms. shutdown() drains, as the real one does: it returns once every queued and active request has
+finished; once it has begun, new requests, cancel_request and await_responses raise.
 The engine file rank0.engine may hold a JSON fault plan, {"fail_after_tokens": N}: the step in which a
 request reaches N tokens fails, and every running request gets an error response, as when a real
 forward pass fails.
@@ -342,9 +348,9 @@ class OutputConfig:
 class Request:
     """There is no `priority` property (the reference says so): the engine keeps it privately."""
 
-    __slots__ = ("_bad_words", "_client_id", "_end_id", "_input_token_ids", "_max_tokens", "_num_return_sequences",
-                 "_output_config", "_pad_id", "_priority_value", "_return_all_generated_tokens", "_sampling_config",
-                 "_stop_words", "_streaming")
+    __slots__ = ("_bad_words", "_client_id", "_embedding_bias", "_end_id", "_input_token_ids", "_max_tokens",
+                 "_num_return_sequences", "_output_config", "_pad_id", "_priority_value",
+                 "_return_all_generated_tokens", "_sampling_config", "_stop_words", "_streaming")
     input_token_ids = _Field(list, readonly=True, items=int)
     max_tokens = _Field(int, readonly=True)
     streaming = _Field(bool)
@@ -354,6 +360,7 @@ class Request:
     pad_id = _Field(int, optional=True)
     bad_words = _Field(list, optional=True, items=list)
     stop_words = _Field(list, optional=True, items=list)
+    embedding_bias = _Field(object, optional=True)  # a tensor over the vocabulary (torch, float32)
     client_id = _Field(int, optional=True)
     return_all_generated_tokens = _Field(bool)
 
@@ -369,6 +376,7 @@ class Request:
         pad_id=None,
         bad_words=None,
         stop_words=None,
+        embedding_bias=None,
         client_id=None,
         return_all_generated_tokens=False,
         priority=0.5,
@@ -380,6 +388,9 @@ class Request:
         self._num_return_sequences = _check("num_return_sequences", num_return_sequences, int)
         for words in (bad_words or []) + (stop_words or []):
             _check("stop_words", words, list, items=int)
+        if embedding_bias is not None and (getattr(embedding_bias, "dim", lambda: 0)() != 1
+                                           or str(getattr(embedding_bias, "dtype", "")) != "torch.float32"):
+            raise TypeError("incompatible function arguments: 'embedding_bias' must be a 1-D float32 tensor")
         _Field.init(self, **{k: v for k, v in locals().items()
                             if k not in ("self", "priority", "num_return_sequences", "words")})
 
@@ -443,7 +454,7 @@ class Executor:
 
     @staticmethod
     def _make_response(request_id: int, *, error: str | None = None, tokens=(), reason=None, final=False,
-                       log_probs=None, decoding_iter=0) -> Response:
+                       log_probs=None, decoding_iter=0, generation_logits=None) -> Response:
         if error is not None:
             return Response(request_id, error)
         result = Result()
@@ -454,6 +465,7 @@ class Executor:
             result.log_probs = [list(log_probs)]
             result.cum_log_probs = [sum(log_probs)]
         result.decoding_iter = decoding_iter
+        result.generation_logits = generation_logits
         return Response(request_id, result)
 
     @staticmethod

@@ -1,0 +1,163 @@
+"""From a validated wire request to engine requests: defaults, limits, and what the model's backend honours.
+
+Chat and text completions share all of it; the wire types (api/wire.py) only say how they spell their fields.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from dataclasses import dataclass
+
+from orchestrator.backends import features_of
+from orchestrator.engine.request import EngineRequest, SamplingParams
+from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
+from orchestrator.lifecycle import Choice, InferenceRequest
+from orchestrator.scheduler.registry import Engine
+
+
+@dataclass(frozen=True)
+class SamplingFields:
+    """What a request says about sampling and about how its sequences end, before the model's defaults."""
+
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    min_p: float | None
+    seed: int | None
+    presence_penalty: float
+    frequency_penalty: float
+    repetition_penalty: float
+    logit_bias: dict[str, float] | None
+    ignore_eos: bool
+    min_tokens: int
+    stop: tuple[str, ...]
+    stop_token_ids: tuple[int, ...]
+    include_stop_str_in_output: bool
+    logprobs: bool
+    top_logprobs: int
+    logprobs_param: str  # how the request spells the number of alternatives: top_logprobs | logprobs
+
+
+def check_supported(fields: SamplingFields, engine: Engine) -> None:
+    """Refuse, naming the field, anything the model's backend cannot honour; neutral values always pass."""
+    features, backend = features_of(engine.manifest), engine.manifest.backend
+    where = f"the '{backend}' backend that serves model '{engine.name}'"
+    wanted = [
+        ("logprobs", fields.logprobs and not features.logprobs, "log probabilities"),
+        (fields.logprobs_param, fields.top_logprobs > 0 and not features.top_logprobs,
+         "alternative tokens' log probabilities" + (f" ({features.top_logprobs_note})" if features.top_logprobs_note else "")),
+        ("logit_bias", bool(fields.logit_bias) and not features.logit_bias, "logit_bias"),
+        ("min_p", bool(fields.min_p) and not features.min_p, "min_p"),
+        ("presence_penalty", fields.presence_penalty != 0 and not features.penalties, "presence_penalty"),
+        ("frequency_penalty", fields.frequency_penalty != 0 and not features.penalties, "frequency_penalty"),
+        ("repetition_penalty", fields.repetition_penalty != 1 and not features.penalties, "repetition_penalty"),
+    ]
+    for param, refused, what in wanted:
+        if refused:
+            raise UnsupportedParameter(f"{what} is not supported by {where}", param=param)
+
+
+def _seed_for_choice(seed: int, index: int) -> int:
+    return (seed * 1_000_003 + index) & 0x7FFFFFFFFFFFFFFF
+
+
+def _logit_bias(fields: SamplingFields, vocab_size: int) -> tuple[tuple[int, float], ...]:
+    bias = []
+    for key, value in (fields.logit_bias or {}).items():
+        token = int(key) if key.isdigit() else -1
+        if not 0 <= token < vocab_size:
+            raise InvalidRequest(
+                f"logit_bias keys must be token ids in [0, {vocab_size}) written as strings (got {key!r:.40})",
+                param="logit_bias",
+            )
+        bias.append((token, float(value)))
+    return tuple(sorted(bias))
+
+
+def _sampling(fields: SamplingFields, engine: Engine, index: int, bias: tuple) -> SamplingParams:
+    defaults = engine.manifest.generation_defaults
+    seed = secrets.randbits(63) if fields.seed is None else _seed_for_choice(fields.seed, index)
+    return SamplingParams(
+        temperature=defaults.temperature if fields.temperature is None else fields.temperature,
+        top_p=defaults.top_p if fields.top_p is None else fields.top_p,
+        top_k=defaults.top_k if fields.top_k is None else fields.top_k,
+        seed=seed,
+        presence_penalty=fields.presence_penalty,
+        frequency_penalty=fields.frequency_penalty,
+        repetition_penalty=fields.repetition_penalty,
+        min_p=fields.min_p or 0.0,
+        logit_bias=bias,
+    )
+
+
+def _max_new_tokens(engine: Engine, prompt: list[int], asked: int | None, param: str, prompt_param: str) -> int:
+    limits = engine.manifest.limits
+    if not prompt:
+        raise InvalidRequest("the prompt is empty", param=prompt_param)
+    if len(prompt) > limits.max_input_len:
+        raise ContextLengthExceeded(
+            f"this model's maximum prompt length is {limits.max_input_len} tokens, "
+            f"but the prompt has {len(prompt)} tokens",
+            param=prompt_param,
+        )
+    room = limits.max_seq_len - len(prompt)
+    if asked is not None and asked > room:
+        raise ContextLengthExceeded(
+            f"{param} is {asked}, but this model's maximum sequence length is {limits.max_seq_len} "
+            f"tokens and the prompt has {len(prompt)}, leaving room for at most {room}",
+            param=param,
+        )
+    return room if asked is None else asked
+
+
+def build_inference_request(
+    engine: Engine,
+    fields: SamplingFields,
+    prompt: list[int],
+    *,
+    max_tokens: int | None,
+    max_tokens_param: str,
+    prompt_param: str,
+    n: int,
+    stream: bool,
+    id_prefix: str,
+    priority: int,
+    echo: str | None,
+) -> InferenceRequest:
+    max_new = _max_new_tokens(engine, prompt, max_tokens, max_tokens_param, prompt_param)
+    if fields.min_tokens > max_new:
+        raise InvalidRequest(
+            f"min_tokens is {fields.min_tokens}, more than the {max_new} tokens this request may generate",
+            param="min_tokens",
+        )
+    vocab_size = engine.prompts.tokenizer.get_vocab_size(with_added_tokens=True)
+    outside = [t for t in fields.stop_token_ids if t >= vocab_size]
+    if outside:
+        raise InvalidRequest(f"stop_token_ids must be in [0, {vocab_size}) (got {outside[0]})", param="stop_token_ids")
+    bias = _logit_bias(fields, vocab_size)
+    request_id = f"{id_prefix}-{uuid.uuid4().hex}"
+    prompt_ids = tuple(prompt)
+    choices = [
+        Choice(
+            index=i,
+            engine_request=EngineRequest(
+                id=f"{request_id}.{i}",
+                prompt_ids=prompt_ids,
+                max_new_tokens=max_new,
+                sampling=_sampling(fields, engine, i, bias),
+                stop=fields.stop,
+                stop_token_ids=fields.stop_token_ids,
+                ignore_eos=fields.ignore_eos,
+                min_tokens=fields.min_tokens,
+                include_stop_str_in_output=fields.include_stop_str_in_output,
+                priority=priority,
+                logprobs=fields.logprobs,
+                top_logprobs=fields.top_logprobs,
+            ),
+        )
+        for i in range(n)
+    ]
+    return InferenceRequest(
+        id=request_id, model=engine.name, prompt_tokens=len(prompt), choices=choices, stream=stream, echo=echo
+    )

@@ -1,0 +1,44 @@
+"""JSON in and out of aiohttp: parsing a body into a wire type with errors that name the field, and OpenAI-shaped
+responses, errors included."""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.api.wire import field_path
+from orchestrator.errors import InfernoError, InvalidRequest, error_body, kind_of
+
+
+def json_response(body: dict, status: int = 200, headers: dict | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json", headers=headers)
+
+
+def error_response(error: BaseException) -> web.Response:
+    headers = None
+    if isinstance(error, InfernoError) and error.retry_after_s is not None:
+        headers = {"Retry-After": str(max(1, round(error.retry_after_s)))}
+    return json_response(error_body(error), kind_of(error).status, headers)
+
+
+def validate(body: bytes, wire_type: type[BaseModel]) -> BaseModel:
+    """The body as `wire_type`, strictly; InvalidRequest naming the first field that is wrong."""
+    try:
+        return wire_type.model_validate_json(body, strict=True)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        if first["type"] == "json_invalid":
+            raise InvalidRequest(f"the request body is not valid JSON: {first['msg']}") from exc
+        where = field_path(first["loc"])
+        detail = first["msg"]
+        if first["type"] == "extra_forbidden":
+            where = ".".join(str(p) for p in first["loc"])
+            detail = "unrecognised request argument"
+        given = first.get("input")
+        shown = "" if first["type"] in ("missing", "extra_forbidden") else f" (got {given!r:.80})"
+        raise InvalidRequest(f"{where}: {detail}{shown}", param=where or None) from exc
+
+
+async def parse(http: web.Request, wire_type: type[BaseModel]) -> BaseModel:
+    return validate(await http.read(), wire_type)

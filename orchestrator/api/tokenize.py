@@ -1,0 +1,75 @@
+"""POST /tokenize and POST /detokenize in vLLM's shapes, with the model's own tokenizer and chat template.
+
+    {model, prompt[, add_special_tokens]}                        -> {count, max_model_len, tokens, token_strs}
+    {model, messages[, add_generation_prompt, chat_template_kwargs]} -> the same, for the rendered conversation
+    {model, tokens}                                               -> {prompt}
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from aiohttp import web
+from pydantic import Field
+
+from orchestrator.api.http import json_response, validate
+from orchestrator.api.state import STATE
+from orchestrator.api.wire import ChatMessage, TokenId, _Wire
+from orchestrator.errors import InvalidRequest
+
+
+class TokenizeText(_Wire):
+    model: str
+    prompt: str
+    add_special_tokens: bool = True
+    return_token_strs: bool = False
+
+
+class TokenizeChat(_Wire):
+    model: str
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    add_generation_prompt: bool = True
+    add_special_tokens: bool = False  # the template writes them
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: bool = False
+
+
+class Detokenize(_Wire):
+    model: str
+    tokens: list[TokenId]
+
+
+def _answer(state, model: str, tokens: list[int], token_strs: bool) -> web.Response:
+    engine = state.scheduler.slot_for(model).engine
+    strs = [engine.prompts.tokenizer.id_to_token(t) for t in tokens] if token_strs else None
+    return json_response(
+        {"count": len(tokens), "max_model_len": engine.manifest.limits.max_seq_len, "tokens": tokens, "token_strs": strs}
+    )
+
+
+async def tokenize(http: web.Request) -> web.Response:
+    body = await http.read()
+    try:
+        chat = isinstance(parsed := orjson.loads(body), dict) and "messages" in parsed
+    except orjson.JSONDecodeError:
+        chat = False  # validate() reports it
+    wire = validate(body, TokenizeChat if chat else TokenizeText)
+    state = http.app[STATE]
+    prompts = state.scheduler.slot_for(wire.model).engine.prompts
+    if isinstance(wire, TokenizeChat):
+        messages = [m.as_template_input() for m in wire.messages]
+        tokens = prompts.encode_chat(messages, wire.chat_template_kwargs or {}, wire.add_generation_prompt,
+                                     wire.add_special_tokens)
+    else:
+        tokens = prompts.tokenizer.encode(wire.prompt, add_special_tokens=wire.add_special_tokens).ids
+    return _answer(state, wire.model, tokens, wire.return_token_strs)
+
+
+async def detokenize(http: web.Request) -> web.Response:
+    wire = validate(await http.read(), Detokenize)
+    prompts = http.app[STATE].scheduler.slot_for(wire.model).engine.prompts
+    vocab = prompts.tokenizer.get_vocab_size(with_added_tokens=True)
+    if any(t >= vocab for t in wire.tokens):
+        raise InvalidRequest(f"tokens must be in [0, {vocab})", param="tokens")
+    return json_response({"prompt": prompts.tokenizer.decode(wire.tokens, skip_special_tokens=False)})

@@ -1,0 +1,246 @@
+"""The fields real clients send beyond OpenAI's, honoured by the real server on the real SmolLM2 model (hf backend),
+through the official `openai` client and, for benchmark clients, the exact bodies they send (read from their
+source: ../shared/reference/openai-clients.md). Each test would fail if its field were ignored."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+
+from tests.conftest import DEFAULT_MODEL
+
+pytestmark = pytest.mark.e2e
+
+HI = [{"role": "user", "content": "Say hi"}]  # SmolLM2 answers in a few dozen tokens, then ends
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def natural(client):
+    """The greedy answer to HI and how many tokens it takes before the model ends it."""
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, temperature=0, max_tokens=200)
+    assert reply.choices[0].finish_reason == "stop"
+    return reply.choices[0].message.content, reply.usage.completion_tokens
+
+
+def post(server, path: str, body: dict) -> tuple[int, bytes]:
+    request = urllib.request.Request(f"{server.base_url}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def sse_events(raw: bytes) -> list[dict]:
+    events = [line[len(b"data: "):] for line in raw.split(b"\n") if line.startswith(b"data: ")]
+    assert events[-1] == b"[DONE]"
+    return [json.loads(event) for event in events[:-1]]
+
+
+# -- how sequences end ----------------------------------------------------------------------------------------------
+def test_ignore_eos_generates_exactly_max_tokens(client, natural):
+    _, length = natural
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, temperature=0, max_tokens=length + 8,
+                                           extra_body={"ignore_eos": True})
+    assert (reply.usage.completion_tokens, reply.choices[0].finish_reason) == (length + 8, "length")
+
+
+def test_nvext_carries_ignore_eos_as_aiperf_sends_it(client, natural):
+    _, length = natural
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, temperature=0, max_tokens=length + 4,
+                                           extra_body={"nvext": {"ignore_eos": True}})
+    assert reply.usage.completion_tokens == length + 4
+
+
+def test_min_tokens_holds_back_the_end_token(client, natural):
+    _, length = natural
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, temperature=0, max_tokens=length + 40,
+                                           extra_body={"min_tokens": length + 6})
+    assert reply.usage.completion_tokens >= length + 6
+
+
+def test_min_tokens_holds_back_stop_strings(client, natural):
+    text, _ = natural
+    stop = text[: text.index(" ")]  # the answer's first word: a stop string that hits at once
+    early = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, temperature=0, stop=[stop])
+    assert early.choices[0].message.content == "" and early.choices[0].finish_reason == "stop"
+    late = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, temperature=0, stop=[stop],
+                                          extra_body={"min_tokens": 3})
+    assert late.choices[0].message.content.startswith(stop)
+
+
+def test_stop_token_ids_end_the_answer_at_that_token(server, client, natural):
+    text, _ = natural
+    tokens = json.loads(post(server, "/tokenize", {"model": DEFAULT_MODEL, "prompt": text,
+                                                   "add_special_tokens": False})[1])["tokens"]
+    stop_token = tokens[4]
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, temperature=0,
+                                           extra_body={"stop_token_ids": [stop_token]})
+    assert reply.choices[0].finish_reason == "stop"
+    assert reply.usage.completion_tokens == tokens.index(stop_token)  # the stop token ends it, not counted as text
+
+
+def test_include_stop_str_in_output_keeps_the_stop_string(client):
+    plain = client.completions.create(model=DEFAULT_MODEL, prompt="The capital of France is", temperature=0,
+                                      max_tokens=10, stop=["."])
+    kept = client.completions.create(model=DEFAULT_MODEL, prompt="The capital of France is", temperature=0,
+                                     max_tokens=10, stop=["."], extra_body={"include_stop_str_in_output": True})
+    assert kept.choices[0].text == plain.choices[0].text + "."
+
+
+def test_completions_default_to_16_tokens_as_openai_does(client):
+    reply = client.completions.create(model=DEFAULT_MODEL, prompt="Once upon a time", temperature=0,
+                                      extra_body={"ignore_eos": True})
+    assert reply.usage.completion_tokens == 16
+
+
+# -- how tokens are chosen ------------------------------------------------------------------------------------------
+def test_logit_bias_of_100_forces_a_token(server, client):
+    banana = json.loads(post(server, "/tokenize", {"model": DEFAULT_MODEL, "prompt": " banana",
+                                                   "add_special_tokens": False})[1])["tokens"]
+    assert len(banana) == 1
+    reply = client.completions.create(model=DEFAULT_MODEL, prompt="The capital of France is", temperature=0,
+                                      max_tokens=4, logit_bias={str(banana[0]): 100})
+    assert reply.choices[0].text == " banana" * 4
+
+
+def test_a_logit_bias_of_minus_100_bans_the_greedy_choice(server, client):
+    def first(**bias) -> str:
+        return client.completions.create(model=DEFAULT_MODEL, prompt="The capital of France is", temperature=0,
+                                          max_tokens=1, **bias).choices[0].text
+
+    chosen = first()
+    [token] = json.loads(post(server, "/tokenize", {"model": DEFAULT_MODEL, "prompt": chosen,
+                                                    "add_special_tokens": False})[1])["tokens"]
+    assert first(logit_bias={str(token): -100}) != chosen
+
+
+def test_repetition_penalty_changes_the_greedy_answer_and_one_changes_nothing(client):
+    def complete(**extra):
+        return client.completions.create(model=DEFAULT_MODEL, prompt="one two one two one two", temperature=0,
+                                         max_tokens=12, extra_body=extra).choices[0].text
+
+    plain = complete()
+    assert complete(repetition_penalty=1.0) == plain
+    assert complete(repetition_penalty=2.0) != plain
+
+
+def test_min_p_of_one_keeps_only_the_most_likely_token(client, natural):
+    text, _ = natural
+    sampled = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, temperature=1.5, seed=7,
+                                             max_tokens=200, extra_body={"min_p": 1.0})
+    assert sampled.choices[0].message.content == text  # nothing but the argmax survives: the greedy answer
+
+
+def test_top_logprobs_list_distinct_tokens_best_first_starting_with_the_greedy_choice(client):
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, temperature=0, max_tokens=6,
+                                           logprobs=True, top_logprobs=5)
+    content = reply.choices[0].logprobs.content
+    assert len(content) == 6
+    for position in content:
+        alternatives = position.top_logprobs
+        assert len(alternatives) == 5 and len({a.token for a in alternatives}) == 5
+        values = [a.logprob for a in alternatives]
+        assert values == sorted(values, reverse=True) and all(v <= 0 for v in values)
+        assert alternatives[0].token == position.token and alternatives[0].logprob == pytest.approx(position.logprob)
+
+
+def test_completions_logprobs_give_alternatives_by_text(client):
+    reply = client.completions.create(model=DEFAULT_MODEL, prompt="The capital of France is", temperature=0,
+                                      max_tokens=3, logprobs=2)
+    logprobs = reply.choices[0].logprobs
+    assert "".join(logprobs.tokens) == reply.choices[0].text
+    assert all(len(top) >= 2 and token in top for token, top in zip(logprobs.tokens, logprobs.top_logprobs, strict=True))
+
+
+def test_echo_puts_the_prompt_first(client):
+    reply = client.completions.create(model=DEFAULT_MODEL, prompt="The capital of France is", temperature=0,
+                                      max_tokens=3, echo=True)
+    assert reply.choices[0].text.startswith("The capital of France is")
+    assert len(reply.choices[0].text) > len("The capital of France is")
+
+
+def test_echo_with_logprobs_is_refused_naming_why(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model=DEFAULT_MODEL, prompt="Hi", max_tokens=1, echo=True, logprobs=1)
+    assert caught.value.body["param"] == "echo"
+
+
+# -- streaming usage, templates, tokenizing -----------------------------------------------------------------------
+def test_continuous_usage_stats_put_usage_on_every_chunk(server):
+    status, raw = post(server, "/v1/completions", {
+        "model": DEFAULT_MODEL, "prompt": "Once upon a time", "max_tokens": 5, "temperature": 0, "stream": True,
+        "ignore_eos": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    })
+    assert status == 200
+    events = sse_events(raw)
+    counts = [event["usage"]["completion_tokens"] for event in events]
+    assert counts == sorted(counts) and counts[-1] == 5
+    assert all(event["usage"]["prompt_tokens"] == events[0]["usage"]["prompt_tokens"] for event in events)
+
+
+def test_chat_template_kwargs_reach_the_template_and_reserved_names_are_refused(client):
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, max_tokens=1,
+                                           extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert reply.choices[0].finish_reason in ("length", "stop")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, max_tokens=1,
+                                       extra_body={"chat_template_kwargs": {"add_generation_prompt": False}})
+    assert "chat_template_kwargs" in caught.value.body["param"]
+
+
+def test_tokenize_and_detokenize_as_vllm_shapes_them(server, client):
+    status, raw = post(server, "/tokenize", {"model": DEFAULT_MODEL, "messages": HI})
+    assert status == 200
+    answer = json.loads(raw)
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, max_tokens=1)
+    assert answer["count"] == len(answer["tokens"]) == reply.usage.prompt_tokens
+    assert answer["max_model_len"] == 8192
+    status, raw = post(server, "/detokenize", {"model": DEFAULT_MODEL, "tokens": answer["tokens"]})
+    assert status == 200 and json.loads(raw)["prompt"].endswith("Say hi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_unknown_fields_are_still_refused_by_name(server):
+    status, raw = post(server, "/v1/completions", {"model": DEFAULT_MODEL, "prompt": "Hi", "guided_json": {}})
+    assert status == 400 and json.loads(raw)["error"]["param"] == "guided_json"
+    status, raw = post(server, "/v1/completions", {"model": DEFAULT_MODEL, "prompt": "Hi", "nvext": {"greed": 1}})
+    assert status == 400 and json.loads(raw)["error"]["param"] == "nvext.greed"
+
+
+# -- benchmark clients' bodies, as their source sends them ------------------------------------------------------------
+def _streamed_completion_tokens(raw: bytes) -> int:
+    return sse_events(raw)[-1]["usage"]["completion_tokens"]
+
+
+@pytest.mark.parametrize("client_name, path, body", [
+    ("vllm bench serve, completions", "/v1/completions", {
+        "model": DEFAULT_MODEL, "prompt": "Tell me about the sea.", "repetition_penalty": 1.0, "max_tokens": 24,
+        "logprobs": None, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}),
+    ("vllm bench serve, chat", "/v1/chat/completions", {
+        "model": DEFAULT_MODEL, "messages": [{"role": "user", "content": [{"type": "text", "text": "Say hi"}]}],
+        "max_completion_tokens": 24, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}),
+    ("guidellm, completions", "/v1/completions", {
+        "model": DEFAULT_MODEL, "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "max_tokens": 24, "stop": None, "ignore_eos": True, "prompt": "Tell me about the sea."}),
+    ("guidellm, chat", "/v1/chat/completions", {
+        "model": DEFAULT_MODEL, "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "max_completion_tokens": 24, "stop": None, "ignore_eos": True,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Say hi"}]}]}),
+    ("aiperf, chat fixed length", "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Say hi"}], "model": DEFAULT_MODEL, "stream": True,
+        "max_completion_tokens": 24, "ignore_eos": True, "min_tokens": 24, "stream_options": {"include_usage": True}}),
+])
+def test_benchmark_clients_bodies_get_exactly_max_tokens(server, client_name, path, body):
+    status, raw = post(server, path, body)
+    assert status == 200, f"{client_name}: {raw[:300]!r}"
+    assert _streamed_completion_tokens(raw) == 24
