@@ -13,7 +13,7 @@ from orchestrator import aio
 from orchestrator.api.app import build_app
 from orchestrator.api.state import STATE
 from orchestrator.config import ServerConfig
-from orchestrator.scheduler.registry import discover
+from orchestrator.engine.catalogue import discover
 
 log = logging.getLogger("inferno")
 

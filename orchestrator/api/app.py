@@ -16,6 +16,7 @@ from orchestrator.api.responses import Format
 from orchestrator.api.state import STATE, AppState
 from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest, field_path
 from orchestrator.config import ServerConfig
+from orchestrator.engine.catalogue import Catalogue
 from orchestrator.engine.manifest import EngineManifest
 from orchestrator.errors import InfernoError, InvalidRequest, NotFound, error_body, kind_of
 from orchestrator.metrics.engine_collector import EngineCollector
@@ -24,7 +25,6 @@ from orchestrator.metrics.registry import new_registry
 from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.metrics.scheduler_events import SchedulerMetrics
 from orchestrator.scheduler.observe import ModelSnapshot
-from orchestrator.scheduler.registry import Catalogue
 from orchestrator.scheduler.scheduler import Scheduler
 
 CHAT = Format("chat.completion", "chat.completion.chunk", chat=True)

@@ -8,9 +8,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from orchestrator.config import ServerConfig
+from orchestrator.engine.catalogue import Catalogue
 from orchestrator.metrics.engine_collector import EngineCollector
 from orchestrator.metrics.request_metrics import RequestMetrics
-from orchestrator.scheduler.registry import Catalogue
 from orchestrator.scheduler.scheduler import Scheduler
 
 

@@ -13,10 +13,10 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.backends import features_of
+from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import EngineRequest, SamplingParams
 from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
 from orchestrator.lifecycle import Choice, InferenceRequest
-from orchestrator.scheduler.registry import Engine
 
 MAX_STOP_STRINGS = 16
 MAX_CHOICES = 16

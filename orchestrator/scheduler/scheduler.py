@@ -22,13 +22,13 @@ import time
 from collections.abc import AsyncIterator
 
 from orchestrator.config import ServerConfig
+from orchestrator.engine.catalogue import Catalogue
 from orchestrator.errors import InfernoError, ModelNotFound, ModelUnavailable, QueueFull, ShuttingDown
 from orchestrator.lifecycle import InferenceRequest, RequestStatus
 from orchestrator.scheduler import policy
 from orchestrator.scheduler.ledger import DeviceProbe, MemoryLedger, detect_probe
 from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot, NoEvents, SchedulerEvents
 from orchestrator.scheduler.policy import Admission, Placement, Resident
-from orchestrator.scheduler.registry import Catalogue
 from orchestrator.scheduler.settings import Priority, load_model_settings
 from orchestrator.scheduler.slots import ModelSlot, ModelState, Waiter
 from orchestrator.worker.client import WorkerClient

@@ -8,9 +8,9 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from orchestrator.engine.catalogue import Engine
 from orchestrator.scheduler.observe import ModelSnapshot
 from orchestrator.scheduler.policy import ModelLoad
-from orchestrator.scheduler.registry import Engine
 from orchestrator.scheduler.settings import ModelSettings, Priority
 from orchestrator.worker.client import WorkerClient
 

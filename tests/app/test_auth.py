@@ -9,7 +9,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from orchestrator.api.app import build_app
 from orchestrator.config import load_config
-from orchestrator.scheduler.registry import discover
+from orchestrator.engine.catalogue import discover
 
 
 def statuses(default_engine, flags: list[str], calls: list[tuple[str, str, str | None]]) -> list[int]:
