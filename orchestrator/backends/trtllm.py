@@ -22,7 +22,12 @@ from orchestrator.backends.protocol import BackendSettings, BackendStats, LoadRe
 from orchestrator.backends.trtllm_config import build_executor_config, kv_cache_limits
 from orchestrator.backends.trtllm_requests import RequestBuilder
 from orchestrator.backends.trtllm_responses import ResponsePump, ResponseReader, Update
-from orchestrator.backends.trtllm_runtime import Runtime, check_engine, load_runtime, visible_gpus
+from orchestrator.backends.trtllm_runtime import (
+    Runtime,
+    check_engine_matches_runtime,
+    load_runtime,
+    visible_gpus,
+)
 from orchestrator.backends.trtllm_stats import IterationStatsReader
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
 from orchestrator.errors import EngineDead, EngineError, QueueFull
@@ -35,7 +40,7 @@ WARMUP_ID = "warmup"
 def create(settings: BackendSettings) -> TrtllmBackend:
     """Import TensorRT-LLM and refuse an engine built for another version or GPU, before loading anything."""
     runtime = load_runtime()
-    check_engine(settings.manifest, settings.engine_dir, runtime.version, visible_gpus())
+    check_engine_matches_runtime(settings.manifest, settings.engine_dir, runtime.version, visible_gpus())
     return TrtllmBackend(settings, runtime)
 
 
