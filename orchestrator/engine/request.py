@@ -1,6 +1,6 @@
 """What crosses the engine boundary: a frozen, checked request in; token deltas out.
 
-The HTTP layer builds an `EngineRequest` once from the validated wire request (`to_engine_request`);
+The HTTP layer builds an `EngineRequest` once from the validated wire request (`to_inference_request`);
 backends never see JSON, chat messages or HTTP. One EngineRequest is one sequence: `n` choices are `n`
 EngineRequests sharing a prompt (the engines' prefix caches make the shared prompt cheap).
 """
@@ -14,7 +14,7 @@ from enum import StrEnum
 class FinishReason(StrEnum):
     STOP = "stop"  # end token, stop token or stop string
     LENGTH = "length"  # max_tokens, or the engine's sequence limit
-    CANCELLED = "cancelled"  # the client went away, or a stop string was hit in text
+    CANCELLED = "cancelled"  # stopped by cancel(): the client went away, or the server ended the request early
     ERROR = "error"  # the engine failed this request
 
 

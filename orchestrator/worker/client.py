@@ -20,9 +20,7 @@ from orchestrator.worker.process import WorkerProcess
 log = logging.getLogger(__name__)
 
 Sink = Callable[[TextDelta], None]
-# Weights come only from engine folders: a worker never reaches for a model hub.
 EXIT_CODE_WAIT_S = 0.5  # after the channel closes, how long to wait for the exit status for the error message
-WORKER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 @dataclass(frozen=True)
