@@ -1,7 +1,14 @@
-"""The aiohttp application: routes, the error middleware, and the start/stop of the scheduler."""
+"""The aiohttp application: routes, the error middleware, and the start/stop of the scheduler.
+
+The scheduler starts with the app (its initial loads run in a task, so the server listens while models
+load) and stops in the app's cleanup: on shutdown it drains first, then stops every worker.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
 from datetime import datetime
 
 import orjson
@@ -26,6 +33,10 @@ from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.metrics.scheduler_events import SchedulerMetrics
 from orchestrator.scheduler.observe import ModelSnapshot
 from orchestrator.scheduler.scheduler import Scheduler
+from orchestrator.worker.handle import WorkerSource
+from orchestrator.worker.pool import WorkerPool
+
+log = logging.getLogger(__name__)
 
 CHAT = Format("chat.completion", "chat.completion.chunk", chat=True)
 TEXT = Format("text_completion", "text_completion", chat=False)
@@ -132,9 +143,13 @@ async def errors_middleware(http: web.Request, handler) -> web.StreamResponse:
         )
 
 
-def build_app(config: ServerConfig, catalogue: Catalogue) -> web.Application:
+def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource | None = None) -> web.Application:
+    """The app over the catalogue's models; `workers` defaults to worker processes with a spare kept ready."""
     registry = new_registry()
-    scheduler = Scheduler(config, catalogue, events=SchedulerMetrics(registry, catalogue.engines))
+    if workers is None:
+        backends = tuple(sorted({e.manifest.backend for e in catalogue.engines.values()}))
+        workers = WorkerPool.for_config(config, backends, cores=os.cpu_count() or 1)
+    scheduler = Scheduler(config, catalogue, workers, events=SchedulerMetrics(registry, catalogue.engines))
     engine_collector = EngineCollector(scheduler)
     registry.register(engine_collector)
     app = web.Application(
@@ -150,16 +165,24 @@ def build_app(config: ServerConfig, catalogue: Catalogue) -> web.Application:
     app.router.add_get("/ready", ready)
     app.router.add_get("/metrics", metrics)
     admin.add_routes(app)
-    app.on_shutdown.append(_on_shutdown)
-    app.cleanup_ctx.append(_stop_workers_on_cleanup)
+    app.on_shutdown.append(_drain_on_shutdown)
+    app.cleanup_ctx.append(_scheduler_lifetime)
     return app
 
 
-async def _on_shutdown(app: web.Application) -> None:
-    app[STATE].scheduler.begin_drain()
-
-
-async def _stop_workers_on_cleanup(app: web.Application):
-    yield
+async def _scheduler_lifetime(app: web.Application):
+    """Start the scheduler with the app (its initial loads in a task: /health answers meanwhile, /ready says
+    when they are done); stop it, and every worker, when the app is cleaned up."""
     state = app[STATE]
+    state.initial_loads = asyncio.create_task(state.scheduler.start(), name="initial-loads")
+    yield
+    state.initial_loads.cancel()
     await state.scheduler.stop(state.config.drain_timeout_s)
+
+
+async def _drain_on_shutdown(app: web.Application) -> None:
+    """Shutdown begins: refuse new requests, turn queued ones away, stop initial loads; running ones go on."""
+    state = app[STATE]
+    if state.initial_loads is not None:
+        state.initial_loads.cancel()
+    state.scheduler.begin_drain()

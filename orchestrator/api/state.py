@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -22,6 +23,7 @@ class AppState:
     registry: CollectorRegistry
     request_metrics: RequestMetrics
     engine_collector: EngineCollector
+    initial_loads: asyncio.Task | None = None  # the scheduler's start, begun with the app
 
 
 STATE = web.AppKey("inferno_state", AppState)
