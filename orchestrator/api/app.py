@@ -25,7 +25,7 @@ from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest, fiel
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import Catalogue
 from orchestrator.engine.manifest import EngineManifest
-from orchestrator.errors import InfernoError, InvalidRequest, NotFound, error_body, kind_of
+from orchestrator.errors import InfernoError, InvalidRequest, MethodNotAllowed, NotFound, error_body, kind_of
 from orchestrator.metrics.engine_collector import EngineCollector
 from orchestrator.metrics.http_metrics import http_metrics_middleware
 from orchestrator.metrics.registry import new_registry
@@ -129,18 +129,22 @@ async def metrics(http: web.Request) -> web.Response:
 # -- middlewares --------------------------------------------------------------------------------------------
 @web.middleware
 async def errors_middleware(http: web.Request, handler) -> web.StreamResponse:
+    """Every error as OpenAI's JSON error, with the status from the one table (errors.py)."""
     try:
         return await handler(http)
     except InfernoError as exc:
         return error_response(exc)
     except web.HTTPNotFound:
         return error_response(NotFound(f"no such endpoint: {http.method} {http.path}"))
-    except web.HTTPMethodNotAllowed as exc:
-        return json_response(
-            {"error": {"message": f"{http.method} is not allowed on {http.path}", "type": "invalid_request_error",
-                       "param": None, "code": "method_not_allowed"}},
-            exc.status,
-        )
+    except web.HTTPMethodNotAllowed:
+        return error_response(MethodNotAllowed(f"{http.method} is not allowed on {http.path}"))
+    except (web.HTTPException, ConnectionResetError):
+        raise  # aiohttp's own answers (413 ...); a client that went away hears nothing
+    except Exception as exc:
+        log.exception("unexpected error on %s %s", http.method, http.path)
+        if http.writer.output_size > 0:
+            raise  # a stream has begun: aiohttp closes the connection
+        return error_response(exc)
 
 
 def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource | None = None) -> web.Application:
