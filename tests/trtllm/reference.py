@@ -71,3 +71,37 @@ def read_reference(path: Path = FACTS) -> Reference:
         cited=cited,
         facts=facts,
     )
+
+
+@dataclass(frozen=True)
+class Tool:
+    sources: tuple[str, ...]
+    flags: frozenset[str]
+    values: dict[str, tuple[str, ...]]  # by flag, where the values were read
+    deprecated: frozenset[str]
+
+
+@dataclass(frozen=True)
+class BuildTools:
+    tools: dict[str, Tool]  # by tool: convert_checkpoint.py, quantize.py, trtllm-build
+    sources: frozenset[str]
+
+    @property
+    def values(self) -> frozenset[str]:
+        """Every value read for any flag of any tool."""
+        return frozenset(v for tool in self.tools.values() for values in tool.values.values() for v in values)
+
+
+def read_build_tools(path: Path = FACTS) -> BuildTools:
+    """The table's [tools]: the ahead-of-time build's command-line flags; raises FileNotFoundError if missing."""
+    data = tomllib.loads(path.read_text())
+    tools = {
+        name: Tool(
+            sources=tuple(entry["sources"]),
+            flags=frozenset(entry["flags"]),
+            values={flag: tuple(values) for flag, values in entry.get("values", {}).items()},
+            deprecated=frozenset(entry.get("deprecated", ())),
+        )
+        for name, entry in data["tools"].items()
+    }
+    return BuildTools(tools, frozenset(data["sources"]))
