@@ -51,7 +51,8 @@ def test_a_stream_is_framed_as_openai_sends_it(catalogue):
 def test_the_official_client_reads_the_stream(catalogue):
     async def go():
         async with running_app(catalogue) as app:
-            client = openai.AsyncOpenAI(base_url=str(app.client.make_url("/v1")), api_key="unused", max_retries=0)
+            base_url = str(app.client.make_url("/v1"))
+            client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=30)
 
             async def read_stream():
                 stream = await client.chat.completions.create(
