@@ -48,7 +48,7 @@ def engine_limits(engine_config: dict, planned: Limits) -> Limits:
     return Limits(**values)
 
 
-def check_engine(folder: Path, world_size: int) -> dict:
+def check_build_output(folder: Path, world_size: int) -> dict:
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise EngineOutputError(f"trtllm-build wrote no config.json into {folder}")
@@ -65,7 +65,7 @@ def check_engine(folder: Path, world_size: int) -> dict:
 def write_manifest(ctx: BuildContext) -> None:
     plan, folder = ctx.plan, ctx.workdir
     spec, recipe = plan.spec, plan.recipe
-    engine_config = check_engine(folder, spec.world_size)
+    engine_config = check_build_output(folder, spec.world_size)
     hf_config = json.loads((plan.checkpoint.path / "config.json").read_text())
     quant = spec.quantization
     kv_dtype = quant.kv_cache_dtype if quant and quant.kv_cache_dtype else recipe.target.dtype

@@ -1,12 +1,13 @@
 """The TensorRT-LLM 1.2 command-line flags the build planner may use, each with where it was read.
 
-Source keys are those of the TensorRT-LLM 1.2 reference the project keeps (its §0 table):
+Source keys are those of the project's TensorRT-LLM 1.2 facts table ([sources] in
+tests/trtllm/tensorrt_llm_1_2_facts.toml):
 CONVERT = examples/models/core/llama/convert_checkpoint.py (the Qwen script takes the same flags),
 QUANT = examples/quantization/quantize.py, BUILD = tensorrt_llm/commands/build.py (trtllm-build),
 PLUGIN = tensorrt_llm/plugin/plugin.py (trtllm-build's plugin and feature flags).
 
 The planner spells every flag through `flag()`, which refuses a flag or a value not listed here; the
-tests hold the planner's output to this table, and this table to the reference.
+tests hold the planner's output to this table, and this table to the facts table's [tools].
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ _SWITCH = ("enable", "disable")  # trtllm-build's boolean features take these st
 class FlagSpec:
     tool: str
     name: str  # e.g. --max_batch_size
-    source: str  # the reference's source key
+    source: str  # the facts table's source key
     choices: tuple[str, ...] = ()  # the values it takes; empty: a number or a path
 
 

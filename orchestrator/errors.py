@@ -40,6 +40,10 @@ class ModelNotFound(NotFound):
     """No engine of that name."""
 
 
+class MethodNotAllowed(InfernoError):
+    """The endpoint exists, but not for this HTTP method."""
+
+
 class Unauthorized(InfernoError):
     """Missing or wrong API key."""
 
@@ -76,6 +80,10 @@ class ShuttingDown(InfernoError):
     """The server is draining and takes no new requests."""
 
 
+class InternalError(InfernoError):
+    """Anything that is none of the above (a bug): any other exception is reported as this, without its text."""
+
+
 @dataclass(frozen=True)
 class ErrorKind:
     status: int
@@ -91,6 +99,7 @@ ERROR_TABLE: dict[type[InfernoError], ErrorKind] = {
     Unauthorized: ErrorKind(401, "authentication_error", "invalid_api_key"),
     NotFound: ErrorKind(404, "invalid_request_error", "not_found"),
     ModelNotFound: ErrorKind(404, "invalid_request_error", "model_not_found"),
+    MethodNotAllowed: ErrorKind(405, "invalid_request_error", "method_not_allowed"),
     QueueFull: ErrorKind(429, "rate_limit_error", "queue_full"),
     EngineError: ErrorKind(500, "server_error", "engine_error"),
     ModelUnavailable: ErrorKind(503, "service_unavailable", "model_unavailable"),
@@ -99,16 +108,15 @@ ERROR_TABLE: dict[type[InfernoError], ErrorKind] = {
     WorkerCrashed: ErrorKind(503, "service_unavailable", "worker_crashed"),
     EngineDead: ErrorKind(503, "service_unavailable", "engine_stopped"),
     ShuttingDown: ErrorKind(503, "service_unavailable", "shutting_down"),
+    InternalError: ErrorKind(500, "server_error", "internal_error"),
 }
-
-_INTERNAL = ErrorKind(500, "server_error", "internal_error")
 
 
 def kind_of(error: BaseException) -> ErrorKind:
     for cls in type(error).__mro__:
         if cls in ERROR_TABLE:
             return ERROR_TABLE[cls]
-    return _INTERNAL
+    return ERROR_TABLE[InternalError]
 
 
 def error_body(error: BaseException) -> dict:

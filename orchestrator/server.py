@@ -13,7 +13,7 @@ from orchestrator import aio
 from orchestrator.api.app import build_app
 from orchestrator.api.state import STATE
 from orchestrator.config import ServerConfig
-from orchestrator.scheduler.registry import discover
+from orchestrator.engine.catalogue import discover
 
 log = logging.getLogger("inferno")
 
@@ -31,9 +31,13 @@ async def serve(config: ServerConfig) -> int:
         access_log=log if config.log_level == "debug" else None,
         shutdown_timeout=config.drain_timeout_s,
     )
-    await runner.setup()
+    await runner.setup()  # starts the scheduler: its initial loads begin
     site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
-    await site.start()
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
     host, port = runner.addresses[0][:2]
     log.info("listening on http://%s:%d, loading %d model(s)", host, port, len(catalogue.engines))
 
@@ -41,16 +45,16 @@ async def serve(config: ServerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    scheduler = app[STATE].scheduler
-    loading = asyncio.create_task(scheduler.start())
+    state = app[STATE]
+    loading = state.initial_loads  # started with the app (its cleanup context), cancelled when it shuts down
     await asyncio.wait([loading, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     if loading.done():
-        states = ", ".join(f"{n} ({s.engine.manifest.backend}, {s.state.value})" for n, s in scheduler.slots.items())
+        slots = state.scheduler.slots
+        states = ", ".join(f"{n} ({s.engine.manifest.backend}, {s.state.value})" for n, s in slots.items())
         print(f"Inferno ready: http://{host}:{port}/v1 serving {states}", flush=True)
         await stop.wait()
     log.info("shutting down: draining requests for up to %.0f s", config.drain_timeout_s)
-    loading.cancel()
-    await runner.cleanup()
+    await runner.cleanup()  # stops listening, drains (app on_shutdown), then stops the scheduler (cleanup context)
     return 0
 
 

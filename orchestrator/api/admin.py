@@ -22,7 +22,7 @@ def _describe(http: web.Request) -> dict:
             "used_bytes": ledger.used,
             "free_bytes": ledger.free(),
         },
-        "spare_worker": scheduler.pool.spare_state,
+        "spare_worker": scheduler.workers.spare_state,
     }
 
 

@@ -1,7 +1,14 @@
-"""The aiohttp application: routes, the error middleware, and the start/stop of the scheduler."""
+"""The aiohttp application: routes, the error middleware, and the start/stop of the scheduler.
+
+The scheduler starts with the app (its initial loads run in a task, so the server listens while models
+load) and stops in the app's cleanup: on shutdown it drains first, then stops every worker.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
 from datetime import datetime
 
 from aiohttp import web
@@ -16,16 +23,20 @@ from orchestrator.api.state import STATE, AppState
 from orchestrator.api.tokenize import detokenize, tokenize
 from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest
 from orchestrator.config import ServerConfig
+from orchestrator.engine.catalogue import Catalogue
 from orchestrator.engine.manifest import EngineManifest
-from orchestrator.errors import InfernoError, NotFound
+from orchestrator.errors import InfernoError, MethodNotAllowed, NotFound
 from orchestrator.metrics.engine_collector import EngineCollector
 from orchestrator.metrics.http_metrics import http_metrics_middleware
 from orchestrator.metrics.registry import new_registry
 from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.metrics.scheduler_events import SchedulerMetrics
 from orchestrator.scheduler.observe import ModelSnapshot
-from orchestrator.scheduler.registry import Catalogue
 from orchestrator.scheduler.scheduler import Scheduler
+from orchestrator.worker.handle import WorkerSource
+from orchestrator.worker.pool import WorkerPool
+
+log = logging.getLogger(__name__)
 
 CHAT = Format("chat.completion", "chat.completion.chunk", chat=True)
 TEXT = Format("text_completion", "text_completion", chat=False)
@@ -89,23 +100,31 @@ async def metrics(http: web.Request) -> web.Response:
 # -- middlewares --------------------------------------------------------------------------------------------
 @web.middleware
 async def errors_middleware(http: web.Request, handler) -> web.StreamResponse:
+    """Every error as OpenAI's JSON error, with the status from the one table (errors.py)."""
     try:
         return await handler(http)
     except InfernoError as exc:
         return error_response(exc)
     except web.HTTPNotFound:
         return error_response(NotFound(f"no such endpoint: {http.method} {http.path}"))
-    except web.HTTPMethodNotAllowed as exc:
-        return json_response(
-            {"error": {"message": f"{http.method} is not allowed on {http.path}", "type": "invalid_request_error",
-                       "param": None, "code": "method_not_allowed"}},
-            exc.status,
-        )
+    except web.HTTPMethodNotAllowed:
+        return error_response(MethodNotAllowed(f"{http.method} is not allowed on {http.path}"))
+    except (web.HTTPException, ConnectionResetError):
+        raise  # aiohttp's own answers (413 ...); a client that went away hears nothing
+    except Exception as exc:
+        log.exception("unexpected error on %s %s", http.method, http.path)
+        if http.writer.output_size > 0:
+            raise  # a stream has begun: aiohttp closes the connection
+        return error_response(exc)
 
 
-def build_app(config: ServerConfig, catalogue: Catalogue) -> web.Application:
+def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource | None = None) -> web.Application:
+    """The app over the catalogue's models; `workers` defaults to worker processes with a spare kept ready."""
     registry = new_registry()
-    scheduler = Scheduler(config, catalogue, events=SchedulerMetrics(registry, catalogue.engines))
+    if workers is None:
+        backends = tuple(sorted({e.manifest.backend for e in catalogue.engines.values()}))
+        workers = WorkerPool.for_config(config, backends, cores=os.cpu_count() or 1)
+    scheduler = Scheduler(config, catalogue, workers, events=SchedulerMetrics(registry, catalogue.engines))
     engine_collector = EngineCollector(scheduler)
     registry.register(engine_collector)
     app = web.Application(
@@ -123,16 +142,24 @@ def build_app(config: ServerConfig, catalogue: Catalogue) -> web.Application:
     app.router.add_get("/ready", ready)
     app.router.add_get("/metrics", metrics)
     admin.add_routes(app)
-    app.on_shutdown.append(_on_shutdown)
-    app.cleanup_ctx.append(_stop_workers_on_cleanup)
+    app.on_shutdown.append(_drain_on_shutdown)
+    app.cleanup_ctx.append(_scheduler_lifetime)
     return app
 
 
-async def _on_shutdown(app: web.Application) -> None:
-    app[STATE].scheduler.begin_drain()
-
-
-async def _stop_workers_on_cleanup(app: web.Application):
-    yield
+async def _scheduler_lifetime(app: web.Application):
+    """Start the scheduler with the app (its initial loads in a task: /health answers meanwhile, /ready says
+    when they are done); stop it, and every worker, when the app is cleaned up."""
     state = app[STATE]
+    state.initial_loads = asyncio.create_task(state.scheduler.start(), name="initial-loads")
+    yield
+    state.initial_loads.cancel()
     await state.scheduler.stop(state.config.drain_timeout_s)
+
+
+async def _drain_on_shutdown(app: web.Application) -> None:
+    """Shutdown begins: refuse new requests, turn queued ones away, stop initial loads; running ones go on."""
+    state = app[STATE]
+    if state.initial_loads is not None:
+        state.initial_loads.cancel()
+    state.scheduler.begin_drain()

@@ -10,10 +10,10 @@ import uuid
 from dataclasses import dataclass
 
 from orchestrator.backends import features_of
+from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import EngineRequest, SamplingParams
 from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
 from orchestrator.lifecycle import Choice, InferenceRequest
-from orchestrator.scheduler.registry import Engine
 
 
 @dataclass(frozen=True)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from orchestrator.config import ServerConfig
+from orchestrator.engine.catalogue import Catalogue
 from orchestrator.metrics.engine_collector import EngineCollector
 from orchestrator.metrics.request_metrics import RequestMetrics
-from orchestrator.scheduler.registry import Catalogue
 from orchestrator.scheduler.scheduler import Scheduler
 
 
@@ -22,6 +23,7 @@ class AppState:
     registry: CollectorRegistry
     request_metrics: RequestMetrics
     engine_collector: EngineCollector
+    initial_loads: asyncio.Task | None = None  # the scheduler's start, begun with the app
 
 
 STATE = web.AppKey("inferno_state", AppState)

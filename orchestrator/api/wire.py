@@ -14,10 +14,10 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.api.engine_requests import SamplingFields, build_inference_request, check_supported
+from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import INT32_MAX, LIMITS
 from orchestrator.errors import InvalidRequest, UnsupportedParameter
 from orchestrator.lifecycle import InferenceRequest
-from orchestrator.scheduler.registry import Engine
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]

@@ -29,7 +29,12 @@ from orchestrator.backends.protocol import (
 from orchestrator.backends.trtllm_config import build_executor_config, engine_vocab_size, kv_cache_tokens
 from orchestrator.backends.trtllm_requests import RequestBuilder
 from orchestrator.backends.trtllm_responses import ResponsePump, ResponseReader, Update, top_alternatives
-from orchestrator.backends.trtllm_runtime import Runtime, check_engine, load_runtime, visible_gpus
+from orchestrator.backends.trtllm_runtime import (
+    Runtime,
+    check_engine_matches_runtime,
+    load_runtime,
+    visible_gpus,
+)
 from orchestrator.backends.trtllm_stats import IterationStatsReader
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
 from orchestrator.errors import EngineDead, EngineError, QueueFull
@@ -42,7 +47,7 @@ WARMUP_ID = "warmup"
 def create(settings: BackendSettings) -> TrtllmBackend:
     """Import TensorRT-LLM and refuse an engine built for another version or GPU, before loading anything."""
     runtime = load_runtime()
-    check_engine(settings.manifest, settings.engine_dir, runtime.version, visible_gpus())
+    check_engine_matches_runtime(settings.manifest, settings.engine_dir, runtime.version, visible_gpus())
     return TrtllmBackend(settings, runtime)
 
 

@@ -77,7 +77,9 @@ class Gpu:
         return "sm" + self.compute_capability.replace(".", "")
 
 
-def check_engine(manifest: EngineManifest, folder: Path, runtime_version: str, gpus: list[Gpu] | None) -> None:
+def check_engine_matches_runtime(
+    manifest: EngineManifest, folder: Path, runtime_version: str, gpus: list[Gpu] | None
+) -> None:
     """Refuse (ModelUnavailable naming the rebuild command) an engine built for another version or GPU.
 
     `gpus` is None when the GPUs cannot be inspected here (no NVIDIA driver library); the architecture

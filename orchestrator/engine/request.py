@@ -46,7 +46,7 @@ LIMITS = Limits()
 class FinishReason(StrEnum):
     STOP = "stop"  # end token, stop token or stop string
     LENGTH = "length"  # max_tokens, or the engine's sequence limit
-    CANCELLED = "cancelled"  # the client went away, or the worker ended it (a stop string was hit in text)
+    CANCELLED = "cancelled"  # stopped by cancel(): the client went away, or the server ended the request early
     ERROR = "error"  # the engine failed this request
 
 

@@ -1,18 +1,19 @@
-"""A model's place in the server: its settings, load state, worker, counters and admission queue."""
+"""The slot table: each model's place in the server (settings, load state, worker, counters, admission
+queue), shared by admission (admission.py) and placement (placement.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from orchestrator.config import ServerConfig
+from orchestrator.engine.catalogue import Catalogue, Engine
 from orchestrator.scheduler.observe import ModelSnapshot
 from orchestrator.scheduler.policy import ModelLoad
-from orchestrator.scheduler.registry import Engine
-from orchestrator.scheduler.settings import ModelSettings, Priority
-from orchestrator.worker.client import WorkerClient
+from orchestrator.scheduler.settings import ModelSettings, Priority, load_model_settings
+from orchestrator.worker.handle import WorkerHandle
 
 
 class ModelState(StrEnum):
@@ -37,6 +38,11 @@ class Waiter:
         future = asyncio.get_running_loop().create_future()
         return cls((-int(priority), arrival), future, priority, arrival)
 
+    @property
+    def granted(self) -> bool:
+        """Given a running slot (its future holds a result, not a refusal or a cancellation)."""
+        return self.future.done() and not self.future.cancelled() and self.future.exception() is None
+
 
 @dataclass
 class ModelSlot:
@@ -46,10 +52,10 @@ class ModelSlot:
     max_queue: int
     pinned: bool = False
     state: ModelState = ModelState.UNLOADED
-    worker: WorkerClient | None = None
+    worker: WorkerHandle | None = None
     running: int = 0
     waiters: list[Waiter] = field(default_factory=list)
-    last_used: float = field(default_factory=time.monotonic)
+    last_used: float = 0.0  # when it last finished a request (the scheduler's clock)
     loads: int = 0
     load_failures: int = 0
     evictions: int = 0
@@ -94,7 +100,7 @@ class ModelSlot:
             self.idle_timer.cancel()
             self.idle_timer = None
 
-    def snapshot(self, memory_bytes: int) -> ModelSnapshot:
+    def snapshot(self, memory_bytes: int, now: float) -> ModelSnapshot:
         ready = self.state is ModelState.READY
         return ModelSnapshot(
             name=self.name,
@@ -108,7 +114,25 @@ class ModelSlot:
             evictions=self.evictions,
             crashes=self.crashes,
             memory_bytes=memory_bytes,
-            idle_seconds=0.0 if self.running else time.monotonic() - self.last_used,
+            idle_seconds=0.0 if self.running else now - self.last_used,
             last_error=self.last_error,
             pid=self.worker.pid if self.worker else None,
         )
+
+
+def build_slots(config: ServerConfig, catalogue: Catalogue, now: float) -> dict[str, ModelSlot]:
+    """A slot per servable engine, with its settings (the model settings file over the config)."""
+    settings = load_model_settings(config, list(catalogue.engines))
+    slots: dict[str, ModelSlot] = {}
+    for name, engine in catalogue.engines.items():
+        own = settings[name]
+        limit = own.max_concurrency or config.scheduling.max_concurrency
+        slots[name] = ModelSlot(
+            engine=engine,
+            settings=own,
+            max_concurrency=min(limit, engine.manifest.limits.max_batch_size),
+            max_queue=own.max_queue if own.max_queue is not None else config.scheduling.max_queue,
+            pinned=own.pinned,
+            last_used=now,
+        )
+    return slots

@@ -1,5 +1,5 @@
-"""The HTTP process's handle on one worker process: start it, send it requests, route its step frames to
-the requests they belong to, and notice at once when it dies."""
+"""The HTTP process's handle on one worker process (a `WorkerHandle`): start it, send it requests, route its
+step frames to the requests they belong to, and notice at once when it dies."""
 
 from __future__ import annotations
 
@@ -8,32 +8,18 @@ import contextlib
 import itertools
 import logging
 import signal
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta
 from orchestrator.errors import InfernoError, ModelUnavailable, WorkerCrashed, from_wire, to_wire
+from orchestrator.worker.handle import OnExit, Sink, WorkerReady
 from orchestrator.worker.ipc import ChannelClosed
 from orchestrator.worker.main import LoadSpec
 from orchestrator.worker.process import WorkerProcess
 
 log = logging.getLogger(__name__)
 
-Sink = Callable[[TextDelta], None]
-# Weights come only from engine folders: a worker never reaches for a model hub.
 EXIT_CODE_WAIT_S = 0.5  # after the channel closes, how long to wait for the exit status for the error message
-WORKER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
-@dataclass(frozen=True)
-class WorkerReady:
-    pid: int
-    device: str
-    kv_cache_bytes: int
-    kv_blocks: int
-    tokens_per_block: int
-    max_batch_size: int
-    rss_bytes: int
 
 
 def describe_exit(code: int | None) -> str:
@@ -50,7 +36,7 @@ def describe_exit(code: int | None) -> str:
 class WorkerClient:
     """One model's worker, from the load message on."""
 
-    def __init__(self, model: str, process: WorkerProcess, on_exit: Callable[[str], None]):
+    def __init__(self, model: str, process: WorkerProcess, on_exit: OnExit):
         self.model = model
         self._proc = process.process
         self._channel = process.channel

@@ -9,7 +9,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from orchestrator.api.app import build_app
 from orchestrator.config import load_config
-from orchestrator.scheduler.registry import discover
+from orchestrator.engine.catalogue import discover
+from tests.fakes.workers import FakeWorkers
 
 
 def statuses(default_engine, flags: list[str], calls: list[tuple[str, str, str | None]]) -> list[int]:
@@ -18,7 +19,9 @@ def statuses(default_engine, flags: list[str], calls: list[tuple[str, str, str |
     catalogue = discover(config.engines_dir, config.models)
 
     async def go() -> list[int]:
-        async with TestClient(TestServer(build_app(config, catalogue))) as client:
+        workers = FakeWorkers()
+        workers.hold_loads(default_engine.name)  # the model is still loading throughout: not ready
+        async with TestClient(TestServer(build_app(config, catalogue, workers))) as client:
             results = []
             for method, path, key in calls:
                 header = key if key and " " in key else f"Bearer {key}"

@@ -13,8 +13,8 @@ import pytest
 
 from build_scripts.preflight import preflight
 from build_scripts.runner import LOG_FILE, StepFailed, is_up_to_date, run_plan
+from orchestrator.engine.catalogue import discover
 from orchestrator.engine.manifest import load_manifest
-from orchestrator.scheduler.registry import discover
 from tests.build.conftest import H100, machine, make_plan
 
 

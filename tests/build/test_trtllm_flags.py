@@ -1,5 +1,5 @@
 """The table of TensorRT-LLM 1.2 flags the planner may use: the helper that enforces it, and the table
-held to the project's TensorRT-LLM 1.2 reference (which lies beside the repository, as in CI)."""
+held to the project's TensorRT-LLM 1.2 facts table (tests/trtllm/tensorrt_llm_1_2_facts.toml, [tools])."""
 
 from __future__ import annotations
 
@@ -8,15 +8,7 @@ import re
 import pytest
 
 from build_scripts.trtllm_flags import BUILD_TOOL, CONVERT_TOOL, FLAGS, QUANTIZE_TOOL, UnknownFlag, flag
-from tests.conftest import ROOT
-
-REFERENCE = ROOT.parent / "shared" / "reference" / "tensorrt-llm-1.2.md"
-# Each tool's part of the reference's §3, by the headings that open and close it.
-SECTIONS = {
-    CONVERT_TOOL: ("**Step 1a", "**Step 1b"),
-    QUANTIZE_TOOL: ("**Step 1b", "**Step 2"),
-    BUILD_TOOL: ("**Step 2", "**Engine dir**"),
-}
+from tests.trtllm.reference import FACTS, BuildTools, read_build_tools
 
 
 def test_flag_spells_booleans_and_checks_values():
@@ -38,28 +30,31 @@ def test_every_flag_is_listed_once():
 
 
 @pytest.fixture(scope="module")
-def reference() -> str:
-    if not REFERENCE.is_file():
-        pytest.skip(f"the TensorRT-LLM 1.2 reference is not beside the repository ({REFERENCE})")
-    return REFERENCE.read_text()
+def reference() -> BuildTools:
+    if not FACTS.is_file():
+        pytest.fail(f"the TensorRT-LLM 1.2 facts table is missing ({FACTS})")
+    return read_build_tools(FACTS)
 
 
-def section(text: str, start: str, end: str) -> str:
-    return text[text.index(start) : text.index(end)]
+def test_the_facts_list_each_tools_flags(reference):
+    """Guards the reader: a table it misreads would make the checks below pass or fail for nothing."""
+    assert set(reference.tools) == {CONVERT_TOOL, QUANTIZE_TOOL, BUILD_TOOL}
+    build = reference.tools[BUILD_TOOL]
+    assert {"--checkpoint_dir", "--gemm_plugin", "--kv_cache_type"} <= build.flags
+    assert "--paged_kv_cache" in build.deprecated and "--paged_kv_cache" not in build.flags
+    assert "--checkpoint_dir" not in reference.tools[CONVERT_TOOL].flags
+    assert "fp8" in reference.tools[QUANTIZE_TOOL].values["--qformat"]
 
 
 @pytest.mark.parametrize("spec", FLAGS, ids=lambda spec: f"{spec.tool}{spec.name}")
 def test_every_flag_is_in_the_reference_for_its_tool(reference, spec):
-    part = section(reference, *SECTIONS[spec.tool])
-    assert re.search(rf"(?<![\w-]){re.escape(spec.name)}(?!\w)", part), f"{spec.name} is not in its tool's part"
-    heading = part.splitlines()[0]
-    assert re.search(rf"\[[^\]]*\b{spec.source}\b[^\]]*\]", heading), f"{spec.source} is not a source of that part"
-    sources = section(reference, "## 0.", "## 1.")
-    assert re.search(rf"^\| [^|]*\b{spec.source}\b", sources, re.MULTILINE), f"{spec.source} is not a source key"
+    tool = reference.tools[spec.tool]
+    assert spec.name in tool.flags, f"{spec.name} is not in its tool's part"
+    assert spec.source in tool.sources, f"{spec.source} is not a source of that part"
+    assert spec.source in reference.sources, f"{spec.source} is not a source key"
 
 
 @pytest.mark.parametrize("spec", [s for s in FLAGS if s.choices], ids=lambda spec: f"{spec.tool}{spec.name}")
 def test_every_value_the_table_allows_is_in_the_reference(reference, spec):
-    build_section = section(reference, "## 3.", "## 4.")
     for value in spec.choices:
-        assert re.search(rf"\b{re.escape(value)}\b", build_section), f"{spec.name} {value}"
+        assert value in reference.values, f"{spec.name} {value}"

@@ -18,7 +18,6 @@ import pytest
 from tests.conftest import ENGINES, ROOT, ServerProcess, start_server
 
 DOUBLES = ROOT / "tests" / "doubles"
-REFERENCE = ROOT.parent / "shared" / "reference" / "tensorrt-llm-1.2.md"
 TEST_MODEL = "tiny-trt"
 DOUBLE_VERSION = "1.2.1"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")

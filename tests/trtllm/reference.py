@@ -1,77 +1,107 @@
-"""What the reference on TensorRT-LLM 1.2 (../shared/reference/tensorrt-llm-1.2.md) says the Executor's Python
-bindings are made of: the names in its §1 and §8 (corrections and additions, checked against 1.2 sources), and
-the argument rules it spells out for a few classes."""
+"""What the project's TensorRT-LLM 1.2 facts table (tensorrt_llm_1_2_facts.toml, beside this file) says the
+Executor's Python bindings are made of: every name, the argument rules of a few classes, and the behaviours
+with their sources."""
 
 from __future__ import annotations
 
-import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+FACTS = Path(__file__).with_name("tensorrt_llm_1_2_facts.toml")
+# The keys of a [bindings.<Class>] table that list names the bindings have.
+NAME_KEYS = (
+    "positional", "positional_or_keyword", "keyword_only", "keyword", "required", "other_constructor_arguments",
+    "properties", "read_only", "methods", "method_arguments", "members", "nested_properties", "values",
+)
+OTHER_KEYS = ("sources", "accepts_unknown_attributes", "not_bound")
+
+
+@dataclass(frozen=True)
+class Fact:
+    topic: str
+    fact: str
+    sources: tuple[str, ...]
+    correction: bool
+    confirmed: bool
 
 
 @dataclass(frozen=True)
 class Reference:
-    names: frozenset[str]  # every name §1 lists, and §8's corrections and additions
+    names: frozenset[str]  # every class, member, argument and method the table lists
     kv_cache_positional: tuple[str, ...]  # KvCacheConfig's positional-or-keyword arguments, in order
     kv_cache_keyword_only: frozenset[str]
     request_positional: tuple[str, ...]
     sampling_positional: tuple[str, ...]
+    sources: frozenset[str]  # the source keys defined
+    cited: dict[str, tuple[str, ...]]  # each class's and fact's sources, by class name or "fact: topic"
+    facts: tuple[Fact, ...]
 
 
-def read_reference(path: Path) -> Reference:
-    text = path.read_text()
-    section = text[text.index("## 1.") : text.index("## 2.")]
-    additions = text[text.index("## 8.") :]
+class FactsError(ValueError):
+    """The table does not have the shape this reader expects."""
+
+
+def read_reference(path: Path = FACTS) -> Reference:
+    """Read the table; raises FileNotFoundError if it is missing and FactsError if it is malformed."""
+    data = tomllib.loads(path.read_text())
+    bindings: dict[str, dict] = data["bindings"]
+    names: set[str] = set()
+    cited: dict[str, tuple[str, ...]] = {}
+    for cls, entry in bindings.items():
+        unknown = set(entry) - set(NAME_KEYS) - set(OTHER_KEYS)
+        if unknown:
+            raise FactsError(f"[bindings.{cls}] has keys this reader does not know: {sorted(unknown)}")
+        names.add(cls)
+        for key in NAME_KEYS:
+            names.update(entry.get(key, ()))
+        cited[cls] = tuple(entry.get("sources", ()))
+    facts = tuple(
+        Fact(f["topic"], f["fact"], tuple(f["sources"]), f.get("correction", False), f.get("confirmed", True))
+        for f in data["facts"]
+    )
+    cited.update({f"fact: {fact.topic}: {fact.fact[:40]}": fact.sources for fact in facts})
     return Reference(
-        names=frozenset(_names(section) | _names(additions)),
-        kv_cache_positional=tuple(_backticked_names(_paragraph(section, "**Positional or keyword, in order:**"))),
-        kv_cache_keyword_only=frozenset(_backticked_names(_paragraph(section, "**Keyword-only:**"))),
-        request_positional=tuple(_backticked_names(_paragraph(section, "**Positional:**"))),
-        sampling_positional=tuple(_backticked_names(_paragraph(section, "**SamplingConfig:**").split(";")[0])),
+        names=frozenset(names),
+        kv_cache_positional=tuple(bindings["KvCacheConfig"]["positional_or_keyword"]),
+        kv_cache_keyword_only=frozenset(bindings["KvCacheConfig"]["keyword_only"]),
+        request_positional=tuple(bindings["Request"]["positional"]),
+        sampling_positional=tuple(bindings["SamplingConfig"]["positional"]),
+        sources=frozenset(data["sources"]),
+        cited=cited,
+        facts=facts,
     )
 
 
-def _names(section: str) -> set[str]:
-    names: set[str] = set()
-    for span in re.findall(r"`([^`]+)`", section):  # names in code spans: classes, arguments, methods
-        names |= set(_IDENTIFIER.findall(_expand(span)))
-    for line in section.splitlines():
-        if line.startswith("|"):  # tables list fields as plain, comma-separated names
-            names |= {name for cell in line.split("|") for name in _listed(cell)}
-        elif line.startswith("### "):  # headings name classes: "### Response / Result / FinishReason [NB-REQ]"
-            title = line[4:].split("[")[0]
-            names |= {part.strip() for part in title.split("/") if _IDENTIFIER.fullmatch(part.strip())}
-    names |= set(re.findall(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|\b[A-Z]{3,}\b", section))  # enum members
-    # An enum type is named after the argument it is the value of (model_type: ModelType,
-    # capacity_scheduler_policy: CapacitySchedulerPolicy), so `communication_mode=LEADER` names CommunicationMode.
-    for argument in re.findall(r"\b([a-z][a-z0-9_]*)=[A-Z][A-Z0-9_]*\b", section):
-        names.add("".join(part.capitalize() for part in argument.split("_")))
-    return names
+@dataclass(frozen=True)
+class Tool:
+    sources: tuple[str, ...]
+    flags: frozenset[str]
+    values: dict[str, tuple[str, ...]]  # by flag, where the values were read
+    deprecated: frozenset[str]
 
 
-def _listed(cell: str) -> list[str]:
-    """The names in a table cell that is a list of names ("max_num_blocks, **tokens_per_block**, cache_hit_rate =
-    reused/(reused+missed)"); none from a cell of prose, whose comma-separated items are not single names."""
-    items = [item.split(" = ")[0].replace("*", "").strip() for item in re.split(r"[,;]", _expand(cell))]
-    items = [re.sub(r"\s*\(.*\)$", "", item) for item in items]  # "timestamp (str)", "RequestStats (in ...)"
-    return [item for item in items if _IDENTIFIER.fullmatch(item)]
+@dataclass(frozen=True)
+class BuildTools:
+    tools: dict[str, Tool]  # by tool: convert_checkpoint.py, quantize.py, trtllm-build
+    sources: frozenset[str]
+
+    @property
+    def values(self) -> frozenset[str]:
+        """Every value read for any flag of any tool."""
+        return frozenset(v for tool in self.tools.values() for values in tool.values.values() for v in values)
 
 
-def _expand(text: str) -> str:
-    """The reference's shorthands spelled out: gpu/cpu/pinned_mem_usage, {alloc_total, reused}_blocks."""
-    text = re.sub(r"\b((?:[a-z]+/)+[a-z]+)(_[a-z_]+)",
-                  lambda m: ", ".join(p + m.group(2) for p in m.group(1).split("/")), text)
-    return re.sub(r"\{([^}]*)\}(_[a-z_]+)",
-                  lambda m: ", ".join(p.strip() + m.group(2) for p in m.group(1).split(",")), text)
-
-
-def _paragraph(section: str, marker: str) -> str:
-    start = section.index(marker) + len(marker)
-    ends = [i for i in (section.find("\n- ", start), section.find("\n\n", start)) if i >= 0]
-    return section[start : min(ends)]
-
-
-def _backticked_names(text: str) -> list[str]:
-    return [_IDENTIFIER.match(span).group(0) for span in re.findall(r"`([^`]+)`", text)]
+def read_build_tools(path: Path = FACTS) -> BuildTools:
+    """The table's [tools]: the ahead-of-time build's command-line flags; raises FileNotFoundError if missing."""
+    data = tomllib.loads(path.read_text())
+    tools = {
+        name: Tool(
+            sources=tuple(entry["sources"]),
+            flags=frozenset(entry["flags"]),
+            values={flag: tuple(values) for flag, values in entry.get("values", {}).items()},
+            deprecated=frozenset(entry.get("deprecated", ())),
+        )
+        for name, entry in data["tools"].items()
+    }
+    return BuildTools(tools, frozenset(data["sources"]))

@@ -18,7 +18,7 @@ from orchestrator.backends.trtllm import TrtllmBackend
 from orchestrator.backends.trtllm_config import FREE_MEMORY_CAP, build_executor_config
 from orchestrator.backends.trtllm_requests import RequestBuilder, engine_priority
 from orchestrator.backends.trtllm_responses import ResponseReader
-from orchestrator.backends.trtllm_runtime import Gpu, Runtime, check_engine, load_runtime
+from orchestrator.backends.trtllm_runtime import Gpu, Runtime, check_engine_matches_runtime, load_runtime
 from orchestrator.backends.trtllm_stats import IterationStatsReader
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
@@ -244,8 +244,8 @@ def test_stats_keep_the_newest_entry_and_the_last_busy_steps_latency():
 # -- will the engine run here ------------------------------------------------------------------------------------
 def test_an_engine_built_for_this_version_and_gpu_is_accepted(engines):
     manifest = load_manifest(engines / "one-gpu")
-    check_engine(manifest, engines / "one-gpu", "1.2.1", [H100])
-    check_engine(manifest, engines / "one-gpu", "1.2.1", None)  # no NVML: left to TensorRT
+    check_engine_matches_runtime(manifest, engines / "one-gpu", "1.2.1", [H100])
+    check_engine_matches_runtime(manifest, engines / "one-gpu", "1.2.1", None)  # no NVML: left to TensorRT
 
 
 @pytest.mark.parametrize(("version", "gpus", "reason"), [
@@ -255,7 +255,7 @@ def test_an_engine_built_for_this_version_and_gpu_is_accepted(engines):
 ])
 def test_an_engine_for_another_version_or_gpu_is_refused_with_the_rebuild_command(engines, version, gpus, reason):
     with pytest.raises(ModelUnavailable) as caught:
-        check_engine(load_manifest(engines / "one-gpu"), engines / "one-gpu", version, gpus)
+        check_engine_matches_runtime(load_manifest(engines / "one-gpu"), engines / "one-gpu", version, gpus)
     assert reason in caught.value.message
     assert "make build-engine MODEL=one-gpu" in caught.value.message
 
@@ -263,16 +263,16 @@ def test_an_engine_for_another_version_or_gpu_is_refused_with_the_rebuild_comman
 def test_the_architecture_is_read_from_target_arch_when_the_capability_is_missing(engines):
     manifest = load_manifest(engines / "one-gpu")
     arch_only = manifest.model_copy(update={"build": manifest.build.model_copy(update={"compute_capability": None})})
-    check_engine(arch_only, engines / "one-gpu", "1.2.1", [H100])
+    check_engine_matches_runtime(arch_only, engines / "one-gpu", "1.2.1", [H100])
     with pytest.raises(ModelUnavailable, match="sm89"):
-        check_engine(arch_only, engines / "one-gpu", "1.2.1", [Gpu(0, "NVIDIA L40S", "8.9")])
+        check_engine_matches_runtime(arch_only, engines / "one-gpu", "1.2.1", [Gpu(0, "NVIDIA L40S", "8.9")])
 
 
 def test_a_manifest_without_the_tensorrt_llm_version_is_refused(engines):
     manifest = load_manifest(engines / "one-gpu")
     unversioned = manifest.model_copy(update={"build": manifest.build.model_copy(update={"tools": {}})})
     with pytest.raises(ModelUnavailable, match="does not record which TensorRT-LLM"):
-        check_engine(unversioned, engines / "one-gpu", "1.2.1", [H100])
+        check_engine_matches_runtime(unversioned, engines / "one-gpu", "1.2.1", [H100])
 
 
 def test_the_runtime_is_tensorrt_llm_1_2(doubles_on_path, monkeypatch):

@@ -1,8 +1,9 @@
-"""The test double and the adapter use only what the reference on TensorRT-LLM 1.2's bindings lists.
+"""The test double and the adapter use only what the project's TensorRT-LLM 1.2 facts table lists.
 
 ExecutorConfig stores a misspelled attribute without a word, and the real bindings cannot run here; so the
-names are checked against the reference itself: the double's classes, members and arguments, and every
-name the adapter touches while it runs through a recording proxy of the double.
+names are checked against the facts table (tensorrt_llm_1_2_facts.toml, kept in the repository with the
+source of every fact): the double's classes, members and arguments, and every name the adapter touches
+while it runs through a recording proxy of the double.
 """
 
 from __future__ import annotations
@@ -18,16 +19,16 @@ import pytest
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
-from tests.trtllm.conftest import DOUBLES, REFERENCE, make_trtllm_engine
+from tests.trtllm.conftest import DOUBLES, make_trtllm_engine
 from tests.trtllm.recording import Recorder
-from tests.trtllm.reference import Reference, read_reference
+from tests.trtllm.reference import FACTS, Reference, read_reference
 
 
 @pytest.fixture(scope="module")
 def reference() -> Reference:
-    if not REFERENCE.is_file():
-        pytest.skip(f"the TensorRT-LLM 1.2 reference is not beside the repository ({REFERENCE})")
-    return read_reference(REFERENCE)
+    if not FACTS.is_file():
+        pytest.fail(f"the TensorRT-LLM 1.2 facts table is missing ({FACTS})")
+    return read_reference(FACTS)
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,14 @@ def test_the_reference_is_parsed(reference):
     assert reference.sampling_positional == ("beam_width",)
     assert reference.kv_cache_positional[:2] == ("enable_block_reuse", "max_tokens")
     assert "max_gpu_total_bytes" in reference.kv_cache_keyword_only
+
+
+def test_every_class_and_fact_names_its_sources(reference):
+    assert len(reference.facts) >= 20 and any(fact.correction for fact in reference.facts)
+    uncited = sorted(what for what, sources in reference.cited.items() if not sources)
+    assert not uncited, f"no sources for: {uncited}"
+    unknown = {what: sorted(set(sources) - reference.sources) for what, sources in reference.cited.items()}
+    assert not {what: keys for what, keys in unknown.items() if keys}, "source keys missing from [sources]"
 
 
 def test_every_name_of_the_double_is_in_the_reference(reference, double):

@@ -14,12 +14,14 @@ from orchestrator import errors
         (errors.ContextLengthExceeded("x"), 400, "context_length_exceeded"),
         (errors.UnsupportedParameter("x"), 400, "unsupported_parameter"),
         (errors.ModelNotFound("x"), 404, "model_not_found"),
+        (errors.MethodNotAllowed("x"), 405, "method_not_allowed"),
         (errors.QueueFull("x"), 429, "queue_full"),
         (errors.EngineError("x"), 500, "engine_error"),
         (errors.BackendUnavailable("x"), 503, "backend_unavailable"),
         (errors.OutOfMemory("x"), 503, "out_of_memory"),
         (errors.WorkerCrashed("x"), 503, "worker_crashed"),
         (RuntimeError("secret internals"), 500, "internal_error"),
+        (errors.InternalError("x"), 500, "internal_error"),
     ],
 )
 def test_status_and_code(error, status, code):

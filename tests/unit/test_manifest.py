@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
+from orchestrator.engine.catalogue import discover
 from orchestrator.engine.manifest import EngineRefused, load_manifest
-from orchestrator.scheduler.registry import discover
 from tests.conftest import copy_engine
 
 

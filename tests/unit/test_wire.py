@@ -6,9 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest, field_path
+from orchestrator.engine.catalogue import discover
 from orchestrator.engine.request import EngineRequest
 from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
-from orchestrator.scheduler.registry import discover
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 

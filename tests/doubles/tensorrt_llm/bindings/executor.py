@@ -1,8 +1,8 @@
 """Test double of `tensorrt_llm.bindings.executor`, the Python bindings of TensorRT-LLM 1.2's C++ Executor.
 
 For tests only: the real module cannot be installed where they run. It implements only names, signatures,
-keyword-only rules and behaviours that Inferno's reference on TensorRT-LLM 1.2 documents
-(../shared/reference/tensorrt-llm-1.2.md §1; tests/trtllm/test_conformance.py holds it to that list):
+keyword-only rules and behaviours that Inferno's TensorRT-LLM 1.2 facts table documents
+(tests/trtllm/tensorrt_llm_1_2_facts.toml; tests/trtllm/test_conformance.py holds it to that list):
 
 - constructors check argument names, keyword-only rules and types, raising TypeError like nanobind does;
   read-only properties raise AttributeError when set; only ExecutorConfig accepts unknown attributes;

@@ -1,0 +1,226 @@
+"""Placement and model lifecycle: which models are loaded on the device, and the moves between states.
+
+One load per model, shared by every request waiting for it; room made by evicting idle models (least
+recently used first) or by waiting for busy ones to go idle, as `policy.plan_load` decides; unloads
+(evicted, idle past keep-alive, by hand, at shutdown); crashes and failed loads, with their backoff.
+Workers come from the `WorkerSource` it is given; it never starts a process itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from orchestrator.config import ServerConfig
+from orchestrator.errors import InfernoError, ModelUnavailable
+from orchestrator.scheduler import policy
+from orchestrator.scheduler.admission import RETRY_AFTER_BUSY_S
+from orchestrator.scheduler.ledger import MemoryLedger
+from orchestrator.scheduler.observe import SchedulerEvents
+from orchestrator.scheduler.policy import Placement, Resident
+from orchestrator.scheduler.slots import ModelSlot, ModelState
+from orchestrator.worker.handle import WorkerHandle, WorkerSource
+from orchestrator.worker.main import LoadSpec
+
+log = logging.getLogger(__name__)
+
+
+class ModelPlacement:
+    def __init__(
+        self,
+        slots: dict[str, ModelSlot],
+        config: ServerConfig,
+        ledger: MemoryLedger,
+        workers: WorkerSource,
+        events: SchedulerEvents,
+        clock: Callable[[], float],
+    ):
+        self._slots = slots
+        self._config = config
+        self._ledger = ledger
+        self._workers = workers
+        self._events = events
+        self._clock = clock
+        self._planning = asyncio.Lock()  # one placement plan (and its evictions) at a time
+        self._capacity = asyncio.Event()  # replaced on every notify: waiters hold the one they saw
+
+    async def preload(self, fit_others: bool) -> None:
+        """Load pinned models, then (fit_others) every other model that fits without evicting. A model
+        that fails to load is left failed; the next request for it tries again."""
+        for slot in [s for s in self._slots.values() if s.pinned]:
+            with contextlib.suppress(InfernoError):
+                await self.ensure_loaded(slot)
+        if not fit_others:
+            return
+        for slot in [s for s in self._slots.values() if not s.pinned]:
+            if self.estimate(slot) <= self._ledger.free():
+                with contextlib.suppress(InfernoError):
+                    await self.ensure_loaded(slot)
+
+    def check_backoff(self, slot: ModelSlot) -> None:
+        """Raise ModelUnavailable (with Retry-After) while a failing model waits for its next attempt."""
+        wait = slot.retry_at - self._clock()
+        if slot.state is ModelState.FAILED and wait > 0:
+            raise ModelUnavailable(
+                f"model '{slot.name}' is failing ({slot.last_error}); the next attempt is in {wait:.0f} s",
+                retry_after_s=wait,
+            )
+
+    def estimate(self, slot: ModelSlot) -> int:
+        manifest = slot.engine.manifest
+        return self._ledger.estimate(
+            slot.name, manifest.weights_bytes, self._kv_bytes(slot), self._config.memory.overhead_bytes
+        )
+
+    def _kv_bytes(self, slot: ModelSlot) -> int:
+        return slot.settings.kv_cache_bytes or slot.engine.manifest.kv_cache.default_budget_bytes
+
+    # -- loading ------------------------------------------------------------------------------------------
+    async def ensure_loaded(self, slot: ModelSlot) -> WorkerHandle:
+        """The model's worker, loading it first if need be (one load, however many callers wait on it)."""
+        if slot.state is ModelState.READY and slot.worker is not None and slot.worker.alive:
+            return slot.worker
+        if slot.load_task is None or slot.load_task.done():
+            slot.load_task = asyncio.create_task(self._load(slot), name=f"load-{slot.name}")
+        await asyncio.shield(slot.load_task)
+        return slot.worker
+
+    async def _load(self, slot: ModelSlot) -> None:
+        if slot.unload_task is not None and not slot.unload_task.done():
+            await slot.unload_task  # an eviction of this model is finishing: load it afresh after
+        self.check_backoff(slot)
+        await self._make_room(slot, self.estimate(slot))
+        slot.state = ModelState.LOADING
+        started = self._clock()
+        worker = await self._workers.take(slot.name, self._on_worker_exit)
+        try:
+            ready = await worker.start(self._load_spec(slot), self._config.worker.load_timeout_s)
+        except InfernoError as exc:
+            self._fail(slot, exc.message, load=True)
+            self._workers.load_finished(succeeded=False)
+            if isinstance(exc, ModelUnavailable):
+                raise
+            raise ModelUnavailable(f"model '{slot.name}' failed to load: {exc.message}") from exc
+        self._ledger.commit(slot.name, ready.pid, fallback=ready.rss_bytes)
+        slot.worker, slot.state, slot.last_error = worker, ModelState.READY, None
+        slot.loads += 1
+        self._workers.load_finished(succeeded=True)
+        seconds = self._clock() - started
+        self._events.model_loaded(slot.name, seconds)
+        log.info("model %s loaded in %.2f s on %s (pid %d)", slot.name, seconds, ready.device, ready.pid)
+        if slot.idle:
+            self.model_idle(slot)
+
+    def _load_spec(self, slot: ModelSlot) -> LoadSpec:
+        worker = self._config.worker
+        return LoadSpec(
+            engine_dir=str(slot.engine.folder.resolve()),
+            kv_cache_bytes=self._kv_bytes(slot),
+            device=worker.device,
+            threads=worker.threads,
+            capacity_policy=worker.capacity_policy,
+        )
+
+    async def _make_room(self, slot: ModelSlot, need: int) -> None:
+        """Reserve `need` bytes for the slot, evicting idle models or waiting for busy ones to go idle
+        (within the queue timeout); raises ModelUnavailable when it cannot."""
+        deadline = self._clock() + self._config.scheduling.queue_timeout_s
+        while True:
+            async with self._planning:
+                plan = policy.plan_load(need, self._ledger.free(), self._ledger.usable, self._residents())
+                if plan.placement is Placement.LOAD:
+                    self._ledger.reserve_for(slot.name, need)
+                    slot.state = ModelState.LOADING
+                    return
+                if plan.placement is Placement.EVICT:
+                    log.info("evicting %s to load %s", ", ".join(plan.evict), slot.name)
+                    await asyncio.gather(*(self.unload(self._slots[n], "evicted") for n in plan.evict))
+                    continue
+                capacity = self._capacity
+            remaining = deadline - self._clock()
+            if plan.placement is not Placement.WAIT or remaining <= 0:
+                raise ModelUnavailable(
+                    f"model '{slot.name}' cannot be loaded now: {plan.reason}",
+                    retry_after_s=None if plan.placement is Placement.IMPOSSIBLE else RETRY_AFTER_BUSY_S,
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(capacity.wait(), remaining)
+
+    def _residents(self) -> list[Resident]:
+        return [
+            Resident(s.name, self._ledger.footprint(s.name), s.pinned, s.idle, s.last_used)
+            for s in self._slots.values()
+            if s.state in (ModelState.READY, ModelState.LOADING)
+        ]
+
+    def _notify_capacity(self) -> None:
+        self._capacity.set()
+        self._capacity = asyncio.Event()
+
+    # -- idleness and unloading ---------------------------------------------------------------------------
+    def model_idle(self, slot: ModelSlot) -> None:
+        """A loaded model has nothing running or queued: it may be evicted now, and unloaded after its
+        keep-alive."""
+        self._notify_capacity()
+        delay = policy.idle_unload_delay(slot.settings.keep_alive_s, slot.pinned)
+        if delay is None:
+            return
+        slot.cancel_idle_timer()
+        slot.idle_timer = asyncio.get_running_loop().call_later(delay, self._unload_if_idle, slot)
+
+    def _unload_if_idle(self, slot: ModelSlot) -> None:
+        slot.idle_timer = None
+        if slot.idle and not slot.pinned:
+            self.start_unload(slot, "idle")
+
+    def start_unload(self, slot: ModelSlot, reason: str) -> asyncio.Task:
+        """Unload in a task of its own (one at a time per model); returns that task."""
+        if slot.unload_task is None or slot.unload_task.done():
+            slot.unload_task = asyncio.create_task(self.unload(slot, reason), name=f"unload-{slot.name}")
+        return slot.unload_task
+
+    async def unload(self, slot: ModelSlot, reason: str) -> None:
+        """Stop the model's worker and return its memory; reason: evicted | idle | admin | shutdown."""
+        worker = slot.worker
+        if worker is None or slot.state is ModelState.UNLOADING:
+            return
+        slot.cancel_idle_timer()
+        slot.state = ModelState.UNLOADING
+        await worker.stop(self._config.worker.stop_timeout_s)
+        freed = self._ledger.footprint(slot.name)
+        self._ledger.release(slot.name)
+        slot.worker, slot.state = None, ModelState.UNLOADED
+        if reason == "evicted":
+            slot.evictions += 1
+        returned = self._ledger.returned(worker.pid)
+        log.info(
+            "model %s unloaded (%s): worker %d exited, %.0f MiB %s",
+            slot.name, reason, worker.pid, freed / 2**20, "returned" if returned else "NOT yet returned",
+        )
+        self._events.model_unloaded(slot.name, reason)
+        self._notify_capacity()
+
+    async def unload_all(self, reason: str) -> None:
+        for slot in self._slots.values():
+            slot.cancel_idle_timer()
+        await asyncio.gather(*(self.unload(slot, reason) for slot in self._slots.values()))
+
+    # -- failures -----------------------------------------------------------------------------------------
+    def _fail(self, slot: ModelSlot, message: str, load: bool) -> None:
+        self._ledger.release(slot.name)
+        slot.state, slot.worker, slot.last_error = ModelState.FAILED, None, message
+        slot.consecutive_failures += 1
+        slot.retry_at = self._clock() + policy.backoff_s(slot.consecutive_failures)
+        if load:
+            slot.load_failures += 1
+            log.error("model %s failed to load: %s", slot.name, message)
+        self._notify_capacity()
+
+    def _on_worker_exit(self, model: str) -> None:
+        slot = self._slots[model]
+        if slot.state is ModelState.READY:  # not an unload we asked for: a crash; the next request reloads
+            slot.crashes += 1
+            self._fail(slot, "the worker process exited unexpectedly", load=False)
+            self._events.worker_crashed(model)

@@ -1,0 +1,99 @@
+"""The one boundary between the scheduler and model workers: what the scheduler asks of a worker
+(`WorkerHandle`), and where it gets workers from (`WorkerSource`).
+
+`WorkerClient` over a worker process and `WorkerPool` (worker/pool.py) are the real ones; because the
+scheduler knows only these protocols, a worker that lives in the event loop can stand in for tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from orchestrator.engine.request import EngineRequest, TextDelta
+from orchestrator.worker.main import LoadSpec
+
+Sink = Callable[[TextDelta], None]  # where a request's deltas go, one call per engine step
+OnExit = Callable[[str], None]  # told the model's name when its worker goes away, asked to or not
+
+
+@dataclass(frozen=True)
+class WorkerReady:
+    """A worker's report once its engine has loaded."""
+
+    pid: int
+    device: str
+    kv_cache_bytes: int
+    kv_blocks: int
+    tokens_per_block: int
+    max_batch_size: int
+    rss_bytes: int
+
+
+class WorkerHandle(Protocol):
+    """One model's worker, from its load on."""
+
+    model: str
+    alive: bool  # loaded and serving; False once it has gone away
+
+    @property
+    def pid(self) -> int: ...
+
+    async def start(self, spec: LoadSpec, timeout_s: float) -> WorkerReady:
+        """Load the engine; raises ModelUnavailable (or a subclass) if it cannot within timeout_s."""
+        ...
+
+    def submit(self, request: EngineRequest, sink: Sink) -> None:
+        """Start a request; its deltas go to `sink`, the last one with a finish reason (an error included).
+        Raises WorkerCrashed if the worker is gone."""
+        ...
+
+    def cancel(self, request_id: str) -> None:
+        """Stop a request in the engine; no more deltas reach its sink."""
+        ...
+
+    async def stats(self, timeout_s: float) -> dict | None:
+        """The engine's stats (`BackendStats` as a dict), or None if the worker does not answer in time."""
+        ...
+
+    async def stop(self, timeout_s: float) -> int | None:
+        """Make the worker exit (killed after timeout_s); returns its exit code where there is one."""
+        ...
+
+
+class WorkerSource(Protocol):
+    """Where workers come from; it keeps a spare ready and is told how busy the server is, to time refills."""
+
+    @property
+    def spare_state(self) -> str:
+        """none | starting | warm."""
+        ...
+
+    async def take(self, model: str, on_exit: OnExit) -> WorkerHandle:
+        """A worker for `model`, not yet loaded (the spare when there is one)."""
+        ...
+
+    def refill(self) -> None:
+        """Start a spare now if none is waiting."""
+        ...
+
+    def load_finished(self, succeeded: bool) -> None:
+        """A load that took a worker has ended."""
+        ...
+
+    def server_busy(self) -> None:
+        """A request has taken a running slot."""
+        ...
+
+    def server_quiet(self) -> None:
+        """No request holds a running slot any more."""
+        ...
+
+    def stop_refilling(self) -> None:
+        """The server is draining: start no more spares."""
+        ...
+
+    async def close(self) -> None:
+        """Stop the spare, if any."""
+        ...

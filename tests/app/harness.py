@@ -1,0 +1,58 @@
+"""The real app in-process (aiohttp's TestServer on a loopback port), serving the real SmolLM2 engine's
+tokenizer and chat template, with workers that live in the event loop (tests/fakes/workers.py): the test
+says what the engine produces, step by step, and sees what the app does to the worker."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from aiohttp.test_utils import TestClient, TestServer
+
+from orchestrator.api.app import build_app
+from orchestrator.api.state import STATE
+from orchestrator.config import load_config
+from orchestrator.engine.catalogue import Catalogue, discover
+from orchestrator.scheduler.scheduler import Scheduler
+from tests.fakes.workers import FakeWorkers
+
+
+@dataclass
+class RunningApp:
+    client: TestClient
+    workers: FakeWorkers
+    scheduler: Scheduler
+    model: str
+
+
+def one_model(default_engine: Path) -> Catalogue:
+    return discover(default_engine.parent, (default_engine.name,))
+
+
+@contextlib.asynccontextmanager
+async def running_app(catalogue: Catalogue, *flags: str) -> AsyncIterator[RunningApp]:
+    """The app over the catalogue's one model, started (its cleanup context ran) and the model loaded."""
+    [engine] = catalogue.engines.values()
+    config = load_config(["--engines-dir", str(engine.folder.parent), "--models", engine.name, *flags])
+    workers = FakeWorkers()
+    app = build_app(config, catalogue, workers)
+    async with TestClient(TestServer(app)) as client:
+        state = app[STATE]
+        await state.initial_loads
+        await state.scheduler.load(engine.name)
+        yield RunningApp(client, workers, state.scheduler, engine.name)
+
+
+def sse_events(raw: bytes) -> list[dict | str]:
+    """The events of a text/event-stream body, each `data: <json>` parsed; the stream must end with a
+    blank line after its last event, and every event is exactly one `data:` line."""
+    assert raw.endswith(b"\n\n"), raw[-40:]
+    events: list[dict | str] = []
+    for block in raw[:-2].split(b"\n\n"):
+        assert block.startswith(b"data: ") and b"\n" not in block, block
+        payload = block[len(b"data: "):]
+        events.append("[DONE]" if payload == b"[DONE]" else orjson.loads(payload))
+    return events

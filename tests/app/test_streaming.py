@@ -1,0 +1,162 @@
+"""Streams from the real app, in-process: SSE as OpenAI sends it, errors before and after the first token,
+and `n > 1` choices interleaved. The engine's output is scripted step by step through in-loop workers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+
+from orchestrator.engine.request import FinishReason
+from orchestrator.errors import EngineError, WorkerCrashed
+from tests.app.harness import running_app, sse_events
+
+HI = [{"role": "user", "content": "Say hello."}]
+
+
+def chat(model: str, **extra) -> dict:
+    return {"model": model, "messages": HI, "stream": True, **extra}
+
+
+def test_a_stream_is_framed_as_openai_sends_it(catalogue):
+    async def go():
+        async with running_app(catalogue) as app:
+            body = chat(app.model, stream_options={"include_usage": True})
+            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=body))
+            worker, request = await app.workers.next_submit()
+            worker.emit(request.id, "Hello", tokens=1)
+            response = await responding  # headers go out with the first output
+            worker.emit(request.id, ", world", tokens=2)
+            worker.emit(request.id, "!", tokens=1, finish=FinishReason.STOP)
+            return response.status, dict(response.headers), await response.read()
+
+    status, headers, raw = asyncio.run(go())
+    assert status == 200
+    assert headers["Content-Type"] == "text/event-stream" and headers["Cache-Control"] == "no-cache"
+    events = sse_events(raw)
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"} and len({c["id"] for c in chunks}) == 1
+    deltas = [(c["choices"][0]["delta"], c["choices"][0]["finish_reason"]) for c in chunks[:-1]]
+    assert deltas == [
+        ({"role": "assistant", "content": ""}, None),
+        ({"content": "Hello"}, None),
+        ({"content": ", world"}, None),
+        ({"content": "!"}, "stop"),
+    ]
+    assert all(c["usage"] is None for c in chunks[:-1])
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 4
+
+
+def test_the_official_client_reads_the_stream(catalogue):
+    async def go():
+        async with running_app(catalogue) as app:
+            base_url = str(app.client.make_url("/v1"))
+            client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=30)
+
+            async def read_stream():
+                stream = await client.chat.completions.create(
+                    model=app.model, messages=HI, stream=True, stream_options={"include_usage": True}
+                )
+                return [chunk async for chunk in stream]
+
+            reading = asyncio.create_task(read_stream())
+            worker, request = await app.workers.next_submit()
+            worker.emit(request.id, "Hello", tokens=1)
+            worker.emit(request.id, " there", tokens=1, finish=FinishReason.LENGTH)
+            chunks = await reading
+            await client.close()
+            return chunks
+
+    chunks = asyncio.run(go())
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hello there"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage.completion_tokens == 2
+
+
+def test_an_error_before_the_first_token_is_a_plain_json_error_with_its_status(catalogue):
+    async def go():
+        async with running_app(catalogue) as app:
+            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
+            worker, request = await app.workers.next_submit()
+            worker.emit(request.id, error=EngineError("the engine ran out of KV cache blocks"))
+            response = await responding
+            return response.status, response.headers["Content-Type"], await response.json()
+
+    status, content_type, body = asyncio.run(go())
+    assert status == 500 and content_type == "application/json"
+    assert body == {"error": {"message": "the engine ran out of KV cache blocks", "type": "server_error",
+                              "param": None, "code": "engine_error"}}
+
+
+def test_an_error_after_the_first_token_is_an_sse_error_event_and_the_stream_ends(catalogue):
+    async def go():
+        async with running_app(catalogue) as app:
+            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
+            worker, request = await app.workers.next_submit()
+            worker.emit(request.id, "Once upon", tokens=2)
+            response = await responding
+            worker.crash()
+            return response.status, await response.read()
+
+    status, raw = asyncio.run(go())
+    assert status == 200
+    *chunks, error, done = sse_events(raw)
+    assert [c["choices"][0]["delta"].get("content") for c in chunks] == ["", "Once upon"]
+    assert error["error"]["code"] == "worker_crashed" and "SIGKILL" in error["error"]["message"]
+    assert done == "[DONE]"
+
+
+def test_n_choices_stream_interleaved_in_the_order_the_engine_produced_them(catalogue):
+    async def go():
+        async with running_app(catalogue) as app:
+            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model, n=2)))
+            worker, first = await app.workers.next_submit()
+            _, second = await app.workers.next_submit()
+            worker.emit(first.id, "A", tokens=1)
+            worker.emit(second.id, "B", tokens=1)
+            worker.emit(first.id, "C", tokens=1)
+            worker.emit(second.id, "D", tokens=1, finish=FinishReason.STOP)
+            worker.emit(first.id, "E", tokens=1, finish=FinishReason.LENGTH)
+            response = await responding
+            return [first.id, second.id], await response.read()
+
+    ids, raw = asyncio.run(go())
+    assert ids[0].endswith(".0") and ids[1].endswith(".1")
+    *chunks, done = sse_events(raw)
+    seen = [(c["choices"][0]["index"], c["choices"][0]["delta"].get("content"), c["choices"][0]["finish_reason"])
+            for c in chunks]
+    assert seen == [
+        (0, "", None), (1, "", None),
+        (0, "A", None), (1, "B", None), (0, "C", None), (1, "D", "stop"), (0, "E", "length"),
+    ]
+    assert done == "[DONE]"
+
+
+def test_n_choices_in_one_whole_response(catalogue):
+    async def go():
+        async with running_app(catalogue) as app:
+            body = {"model": app.model, "messages": HI, "n": 2}
+            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=body))
+            worker, first = await app.workers.next_submit()
+            _, second = await app.workers.next_submit()
+            worker.emit(second.id, "second", tokens=1, finish=FinishReason.STOP)
+            worker.emit(first.id, "first", tokens=1, finish=FinishReason.STOP)
+            response = await responding
+            return await response.json()
+
+    body = asyncio.run(go())
+    assert [(c["index"], c["message"]["content"]) for c in body["choices"]] == [(0, "first"), (1, "second")]
+    assert body["usage"]["completion_tokens"] == 2
+
+
+def test_a_worker_gone_before_the_request_is_a_503(catalogue):
+    async def go():
+        async with running_app(catalogue) as app:
+            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
+            worker, request = await app.workers.next_submit()
+            worker.emit(request.id, error=WorkerCrashed("the worker for model 'x' is gone"))
+            response = await responding
+            return response.status, (await response.json())["error"]["code"]
+
+    assert asyncio.run(go()) == (503, "worker_crashed")

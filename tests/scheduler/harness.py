@@ -1,0 +1,122 @@
+"""A scheduler over made-up models on a made-up device, with in-loop workers, on virtual time.
+
+    scheduler, workers = make_scheduler(tmp_path, {"alpha": 1, "beta": 1}, device_gib=2)
+
+Each model takes the given number of GiB on the device (weights + KV cache; no runtime overhead).
+`serve` is what the API does with a lease, without HTTP: submit every choice, collect until all finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+from orchestrator.config import MemoryConfig, SchedulingConfig, ServerConfig, WorkerConfig
+from orchestrator.engine.catalogue import Catalogue, Engine
+from orchestrator.engine.manifest import (
+    BuildInfo,
+    EngineManifest,
+    KvCacheFacts,
+    Limits,
+    ModelFacts,
+    TokenizerFacts,
+)
+from orchestrator.engine.request import EngineRequest
+from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
+from orchestrator.scheduler.scheduler import Scheduler
+from tests.fakes.workers import FakeDevice, FakeWorkers
+
+GIB = 2**30
+KV_BYTES = 2**20
+_ids = itertools.count()
+
+
+def manifest(name: str, gib: float) -> EngineManifest:
+    return EngineManifest(
+        name=name,
+        backend="hf",
+        model=ModelFacts(recipe=name, architecture="LlamaForCausalLM", source="made up", parameters=1),
+        dtype="float32",
+        limits=Limits(max_batch_size=8, max_input_len=100, max_seq_len=200, max_num_tokens=200),
+        tokenizer=TokenizerFacts(eos_token_ids=(2,), pad_token_id=0, has_chat_template=False),
+        kv_cache=KvCacheFacts(tokens_per_block=16, bytes_per_token=1, default_budget_bytes=KV_BYTES),
+        weights_bytes=int(gib * GIB) - KV_BYTES,
+        build=BuildInfo(fingerprint="sha256:0", built_at="2026-01-01T00:00:00+00:00", duration_s=0, tools={},
+                        target_arch="any"),
+    )
+
+
+def catalogue(models: dict[str, float]) -> Catalogue:
+    engines = {name: Engine(name, Path("/made-up/engines") / name, manifest(name, gib), None) for name, gib in models.items()}
+    return Catalogue(engines, {})
+
+
+class RecordedEvents:
+    """SchedulerEvents, kept as a list: ("loaded", model), ("unloaded", model, reason), ("crashed", model)."""
+
+    def __init__(self):
+        self.log: list[tuple] = []
+
+    def model_loaded(self, model: str, seconds: float) -> None:
+        self.log.append(("loaded", model))
+
+    def model_unloaded(self, model: str, reason: str) -> None:
+        self.log.append(("unloaded", model, reason))
+
+    def worker_crashed(self, model: str) -> None:
+        self.log.append(("crashed", model))
+
+
+def make_scheduler(
+    tmp_path: Path,
+    models: dict[str, float],
+    device_gib: float,
+    model_settings: str | None = None,
+    **scheduling,
+) -> tuple[Scheduler, FakeWorkers, RecordedEvents]:
+    """Call inside the running (virtual time) loop. `model_settings`: the TOML of --model-settings."""
+    settings_file = None
+    if model_settings is not None:
+        settings_file = tmp_path / "models.toml"
+        settings_file.write_text(model_settings)
+    config = ServerConfig(
+        model_settings=settings_file,
+        worker=WorkerConfig(spare=False),
+        scheduling=SchedulingConfig(**{"queue_timeout_s": 10.0, "preload": "pinned", **scheduling}),
+        memory=MemoryConfig(capacity_bytes=int(device_gib * GIB), reserve_bytes=0, overhead_bytes=0),
+    )
+    workers, events = FakeWorkers(), RecordedEvents()
+    scheduler = Scheduler(
+        config, catalogue(models), workers, events=events, probe=FakeDevice(int(device_gib * GIB)),
+        clock=asyncio.get_running_loop().time,
+    )
+    return scheduler, workers, events
+
+
+def inference_request(model: str, n: int = 1) -> InferenceRequest:
+    request_id = f"req-{next(_ids)}"
+    choices = [Choice(i, EngineRequest(f"{request_id}.{i}", (1, 2, 3), 8)) for i in range(n)]
+    return InferenceRequest(request_id, model, 3, choices, stream=False)
+
+
+async def serve(scheduler: Scheduler, request: InferenceRequest) -> InferenceRequest:
+    """What api/generation.py does for a whole (non-streamed) response."""
+    try:
+        async with scheduler.lease(request) as worker:
+            for choice in request.choices:
+                worker.submit(choice.engine_request, request.deliver)
+            while not request.all_finished:
+                choice = request.record(await request.events.get())
+                if choice.error is not None:
+                    raise choice.error
+            request.finish(request.final_status())
+    except BaseException:
+        request.finish(RequestStatus.FINISHED_ERROR)
+        raise
+    return request
+
+
+async def advance(seconds: float) -> None:
+    """Let `seconds` of virtual time pass."""
+    await asyncio.sleep(seconds)

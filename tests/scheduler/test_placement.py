@@ -1,0 +1,120 @@
+"""Making room for a load, in-process on virtual time: evict idle models least recently used first, wait for
+busy ones (until the queue timeout), and refuse at once when pinned models hold the memory or the model is
+larger than the device."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orchestrator.errors import ModelUnavailable
+from orchestrator.scheduler.slots import ModelState
+from tests.fakes.clock import run_virtual, until
+from tests.scheduler.harness import advance, inference_request, make_scheduler, serve
+
+
+async def served(scheduler, workers, model: str):
+    """One request for `model`, answered at once."""
+    task = asyncio.create_task(serve(scheduler, inference_request(model)))
+    worker, engine_request = await workers.next_submit()
+    worker.finish(engine_request.id)
+    return await task
+
+
+def test_an_idle_model_is_evicted_least_recently_used_first(tmp_path):
+    async def go():
+        scheduler, workers, events = make_scheduler(tmp_path, {"alpha": 1, "beta": 1, "gamma": 1}, 2)
+        await served(scheduler, workers, "alpha")
+        await advance(1)
+        await served(scheduler, workers, "beta")
+        await advance(1)
+        await served(scheduler, workers, "alpha")  # alpha is now the more recently used
+        await advance(1)
+        await served(scheduler, workers, "gamma")
+        states = {name: slot.state for name, slot in scheduler.slots.items()}
+        return states, events.log, [w.stopped for w in workers.of("beta")]
+
+    states, log, beta_stopped = run_virtual(go())
+    assert states == {"alpha": ModelState.READY, "beta": ModelState.UNLOADED, "gamma": ModelState.READY}
+    assert ("unloaded", "beta", "evicted") in log and ("unloaded", "alpha", "evicted") not in log
+    assert beta_stopped == [True]
+
+
+def test_a_load_waits_for_a_busy_model_to_go_idle_then_evicts_it(tmp_path):
+    async def go():
+        scheduler, workers, events = make_scheduler(tmp_path, {"alpha": 1, "beta": 1}, 1)
+        busy = asyncio.create_task(serve(scheduler, inference_request("alpha")))
+        alpha_worker, alpha_request = await workers.next_submit()
+        waiting = asyncio.create_task(serve(scheduler, inference_request("beta")))
+        await advance(5)  # half the queue timeout: beta still waits for room
+        assert scheduler.slots["beta"].state is ModelState.UNLOADED and not workers.of("beta")
+        [beta_snapshot] = [s for s in scheduler.snapshot() if s.name == "beta"]
+        assert beta_snapshot.queued == 1
+        alpha_worker.finish(alpha_request.id)  # alpha goes idle: beta's load may evict it now
+        await busy
+        beta_worker, beta_request = await workers.next_submit()
+        beta_worker.finish(beta_request.id)
+        await waiting
+        return events.log
+
+    assert run_virtual(go()) == [("loaded", "alpha"), ("unloaded", "alpha", "evicted"), ("loaded", "beta")]
+
+
+def test_a_load_that_cannot_get_room_within_the_queue_timeout_is_refused_with_retry_after(tmp_path):
+    async def go():
+        scheduler, workers, _ = make_scheduler(tmp_path, {"alpha": 1, "beta": 1}, 1, queue_timeout_s=8)
+        busy = asyncio.create_task(serve(scheduler, inference_request("alpha")))
+        alpha_worker, alpha_request = await workers.next_submit()
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        with pytest.raises(ModelUnavailable, match="busy models hold the memory it needs: alpha") as refused:
+            await serve(scheduler, inference_request("beta"))
+        waited = loop.time() - asked
+        alpha_worker.finish(alpha_request.id)
+        await busy
+        return refused.value.retry_after_s, waited, scheduler.slots["beta"].running
+
+    retry_after, waited, beta_running = run_virtual(go())
+    assert retry_after == 5.0 and waited == pytest.approx(8)
+    assert beta_running == 0
+
+
+def test_pinned_models_holding_the_memory_refuse_a_load_at_once(tmp_path):
+    async def go():
+        pinned = "[models.alpha]\npinned = true\n"
+        scheduler, _, _ = make_scheduler(tmp_path, {"alpha": 1, "beta": 1}, 1, pinned)
+        await scheduler.start()  # loads the pinned model
+        assert scheduler.slots["alpha"].state is ModelState.READY
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        with pytest.raises(ModelUnavailable, match=r"pinned models \(alpha\)") as refused:
+            await serve(scheduler, inference_request("beta"))
+        return refused.value.retry_after_s, loop.time() - asked, scheduler.slots["alpha"].state
+
+    retry_after, waited, alpha_state = run_virtual(go())
+    assert waited == 0 and retry_after == 5.0
+    assert alpha_state is ModelState.READY
+
+
+def test_a_model_larger_than_the_device_is_refused_outright(tmp_path):
+    async def go():
+        scheduler, workers, _ = make_scheduler(tmp_path, {"huge": 3}, 2)
+        with pytest.raises(ModelUnavailable, match=r"it needs 3\.00 GiB and the device offers 2\.00 GiB") as refused:
+            await serve(scheduler, inference_request("huge"))
+        return refused.value.retry_after_s, workers.started
+
+    assert run_virtual(go()) == (None, [])
+
+
+def test_an_idle_model_is_unloaded_after_its_keep_alive(tmp_path):
+    async def go():
+        scheduler, workers, events = make_scheduler(tmp_path, {"alpha": 1}, 2, "[models.alpha]\nkeep_alive_s = 30\n")
+        await served(scheduler, workers, "alpha")
+        await advance(29)
+        assert scheduler.slots["alpha"].state is ModelState.READY
+        await advance(2)
+        await until(lambda: scheduler.slots["alpha"].state is ModelState.UNLOADED)
+        return events.log
+
+    assert run_virtual(go()) == [("loaded", "alpha"), ("unloaded", "alpha", "idle")]
