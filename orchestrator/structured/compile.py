@@ -40,8 +40,14 @@ def tokenizer_info(vocabulary: Vocabulary) -> xgr.TokenizerInfo:
     )
 
 
-def new_compiler(vocabulary: Vocabulary, *, threads: int = 1, cache: bool = True) -> xgr.GrammarCompiler:
-    return xgr.GrammarCompiler(tokenizer_info(vocabulary), max_threads=threads, cache_enabled=cache)
+def new_compiler(
+    vocabulary: Vocabulary, *, threads: int = 1, cache: bool = True, cache_limit_bytes: int = -1
+) -> xgr.GrammarCompiler:
+    """A compiler over `vocabulary`; with `cache`, compiled grammars are kept up to `cache_limit_bytes`
+    (-1: no limit)."""
+    return xgr.GrammarCompiler(
+        tokenizer_info(vocabulary), max_threads=threads, cache_enabled=cache, cache_limit_bytes=cache_limit_bytes
+    )
 
 
 def compile_guide(compiler: xgr.GrammarCompiler, kind: str, text: str) -> xgr.CompiledGrammar:
