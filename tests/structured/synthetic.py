@@ -33,18 +33,31 @@ def greedy_decode(
     """Decode with the constrained request in the middle row of a batch of `rows`; argmax of the masked
     logits, accepted into the state, until the grammar accepts an end token. Returns (text, token ids),
     the text detokenised by the worker's own detokeniser (special tokens skipped)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small tensor ops; extra threads only wait on a busy machine
+    try:
+        return _greedy_decode(folder, cache, state, seed, rows, max_steps)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _greedy_decode(
+    folder: Path, cache: GrammarCache, state: GuidedState, seed: int, rows: int, max_steps: int
+) -> tuple[str, list[int]]:
     width = cache.vocabulary.size
     bias = habits(folder, width)
     generator = torch.Generator().manual_seed(seed)
     masker = GuidedBatchMasker(width, rows=1)
     row = rows // 2
+    others = torch.randn(rows, width, generator=generator)  # unconstrained rows, which must stay as they are
+    logits = torch.empty(rows, width)
     ids: list[int] = []
     for _ in range(max_steps):
-        logits = torch.randn(rows, width, generator=generator) + bias
-        others = logits.clone()
+        logits.copy_(others)
+        torch.randn(width, generator=generator, out=logits[row]).add_(bias)
         masker.apply(logits, [(row, state)])
-        untouched = [r for r in range(rows) if r != row]
-        assert torch.equal(logits[untouched], others[untouched]), "an unconstrained row was changed"
+        assert torch.equal(logits[:row], others[:row]), "an unconstrained row was changed"
+        assert torch.equal(logits[row + 1 :], others[row + 1 :]), "an unconstrained row was changed"
         token = int(logits[row].argmax())
         assert state.accept(token), f"the grammar refused the token its own mask allowed ({token})"
         ids.append(token)

@@ -1,0 +1,355 @@
+"""Streaming tool-call parsing: text deltas in, OpenAI-shaped events out, for any format in tool_formats.py.
+
+Fed the model's text as it arrives, `ToolCallParser.feed` returns events: `ContentDelta` for plain text,
+`ToolCallStart` once per call (index, id `call_` + 24 hex digits, function name) as soon as the name is
+known, then `ToolCallArguments` fragments as the arguments arrive; `finish()` flushes what was held back
+and `calls` holds the complete calls, arguments as a JSON string (the fragments joined).
+
+In `auto` mode text passes through as content; only what could still be the start of a call is held back
+(a partial marker; for llama3_json, an answer that opens with `{` until it is known to be a call or not).
+Text that looked like a call but is not one comes out as content. With `forced=True` (tool_choice
+required or named, enforced by a grammar) the output is calls from the start, and the format's marker
+may be missing (a detokeniser that skips special tokens drops it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from orchestrator.structured.json_scan import JsonValueEnd
+from orchestrator.structured.tool_formats import ToolFormat
+
+_WHITESPACE = " \t\r\n"
+
+
+@dataclass(frozen=True)
+class ContentDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallStart:
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ToolCallArguments:
+    index: int
+    fragment: str
+
+
+ToolEvent = ContentDelta | ToolCallStart | ToolCallArguments
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text
+
+    def to_openai(self) -> dict:
+        """`message.tool_calls[i]` of a chat completion."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+def delta_of(event: ToolCallStart | ToolCallArguments) -> dict:
+    """`delta.tool_calls[i]` of a streamed chunk: id, type and name once, then argument fragments."""
+    if isinstance(event, ToolCallStart):
+        return {
+            "index": event.index,
+            "id": event.id,
+            "type": "function",
+            "function": {"name": event.name, "arguments": ""},
+        }
+    return {"index": event.index, "function": {"arguments": event.fragment}}
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+# The head of a call object, up to the first character of its arguments.
+_CALL_HEAD = re.compile(r'\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(arguments|parameters)"\s*:\s*(?=\S)')
+
+
+class _CallObject:
+    """One call's JSON object as it arrives: its end, and once the head `{"name": N, "arguments": ` is
+    seen, where its arguments start and end."""
+
+    def __init__(self) -> None:
+        self.raw = ""
+        self.end = JsonValueEnd()
+        self.name: str | None = None
+        self.arguments_at = -1  # offset of the arguments in raw, once the head is seen
+        self.arguments_end = JsonValueEnd()
+        self.arguments_len: int | None = None  # length of the arguments text once it ended
+        self.sent = 0  # arguments characters already sent as fragments
+
+    def feed(self, text: str) -> int | None:
+        """Consume text up to the object's end; that count, or None if the object goes on."""
+        used = self.end.feed(text)
+        self.raw += text[:used] if used is not None else text
+        if self.name is None and (head := _CALL_HEAD.match(self.raw)):
+            self.name, self.arguments_at = json.loads(head.group(1)), head.end()
+            self._scan_arguments(self.raw[self.arguments_at :])
+        elif self.name is not None and self.arguments_len is None:
+            self._scan_arguments(text[:used] if used is not None else text)
+        return used
+
+    def _scan_arguments(self, text: str) -> None:
+        used = self.arguments_end.feed(text)
+        if used is not None:
+            self.arguments_len = len(self.raw) - self.arguments_at - (len(text) - used)
+
+    def streamable(self) -> str:
+        """Arguments text not yet sent (an object's text streams; a string-encoded object waits to end)."""
+        if self.name is None or (self.arguments_end.opening == '"' and self.arguments_len is None):
+            return ""
+        end = self.arguments_at + (self.arguments_len if self.arguments_len is not None else len(self.raw))
+        text = self.raw[self.arguments_at + self.sent : end]
+        self.sent += len(text)
+        if self.arguments_end.opening == '"':
+            return _string_arguments(text)
+        return text
+
+    def parsed(self) -> tuple[str, str] | None:
+        """(name, arguments text) of a complete object whose keys came in another order; None if it is not
+        a call."""
+        try:
+            value = json.loads(self.raw)
+        except json.JSONDecodeError:
+            return None
+        arguments = value.get("arguments", value.get("parameters")) if isinstance(value, dict) else None
+        if not isinstance(value, dict) or not isinstance(value.get("name"), str) or arguments is None:
+            return None
+        return value["name"], arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def _string_arguments(literal: str) -> str:
+    try:
+        decoded = json.loads(literal)
+    except json.JSONDecodeError:
+        return literal
+    return decoded if isinstance(decoded, str) else literal
+
+
+class ToolCallParser:
+    """Streaming parser of one choice's output in format `fmt` (see the module docstring)."""
+
+    def __init__(self, fmt: ToolFormat, *, forced: bool = False, id_factory: Callable[[], str] = new_call_id):
+        self.fmt = fmt
+        self.forced = forced
+        self.calls: list[ToolCall] = []
+        self._new_id = id_factory
+        self._buffer = ""  # text not yet decided
+        self._held = ""  # text taken since the last call: content after all if no call follows
+        self._state = "opening" if forced else ("start" if fmt.calls_at_start_only else "content")
+        self._call: _CallObject | None = None
+        self._call_id: str | None = None  # set once the current call is announced
+        self._call_name = ""
+        self._arguments = ""
+        self._out: list[ToolEvent] = []
+
+    def feed(self, text: str) -> list[ToolEvent]:
+        self._buffer += text
+        while self._buffer and getattr(self, f"_on_{self._state}")():
+            pass
+        return self._drain()
+
+    def finish(self) -> list[ToolEvent]:
+        """The end of the output: what was held back is content; a call cut short ends as it stands."""
+        call = self._call
+        if call is not None and self._call_id is not None:
+            call.end.finish()
+            self._send_arguments()
+            self._commit()
+        else:
+            rest = self._held + (call.raw if call is not None else "") + self._buffer
+            if self._state in ("content", "start", "text") or rest.strip():
+                self._emit_content(rest)
+        self._buffer = self._held = ""
+        self._call = None
+        return self._drain()
+
+    # -- states: each consumes from the buffer and returns True to run again, False to wait for text --
+
+    def _on_content(self) -> bool:
+        trigger = self.fmt.marker or self.fmt.call_open.strip()
+        found = self._buffer.find(trigger)
+        if found < 0:
+            keep = _partial_suffix(self._buffer, trigger)
+            self._emit_content(self._buffer[: len(self._buffer) - keep])
+            self._buffer = self._buffer[len(self._buffer) - keep :]
+            return False
+        self._emit_content(self._buffer[:found])
+        self._buffer = self._buffer[found:]
+        self._take(len(trigger))
+        self._state = "list_open" if self.fmt.marker else "call_body"
+        return True
+
+    def _on_start(self) -> bool:
+        """llama3_json: calls only open the answer, after whitespace and maybe `<|python_tag|>`."""
+        stripped = self._buffer.lstrip(_WHITESPACE)
+        marker = self.fmt.optional_marker
+        if not stripped or (marker and marker.startswith(stripped)):
+            return False
+        if marker and stripped.startswith(marker):
+            self._take(len(self._buffer) - len(stripped) + len(marker))
+        self._state = "call_body" if self._buffer.lstrip(_WHITESPACE)[:1] in ("{", "") else "text"
+        return True
+
+    def _on_opening(self) -> bool:
+        """Forced calls: the format's marker may be there or not."""
+        stripped = self._buffer.lstrip(_WHITESPACE)
+        for marker in filter(None, (self.fmt.marker, self.fmt.optional_marker)):
+            if marker.startswith(stripped) and marker != stripped:
+                return False
+            if stripped.startswith(marker):
+                self._take(len(self._buffer) - len(stripped) + len(marker))
+                break
+        self._state = "list_open"
+        return True
+
+    def _on_list_open(self) -> bool:
+        return self._expect(self.fmt.list_open, "call_open")
+
+    def _on_call_open(self) -> bool:
+        return self._expect(self.fmt.call_open, "call_body")
+
+    def _on_call_body(self) -> bool:
+        if self._call is None:
+            stripped = self._buffer.lstrip(_WHITESPACE)
+            if not stripped:
+                return False
+            if stripped[0] != "{":
+                return self._not_a_call()
+            self._take(len(self._buffer) - len(stripped))
+            self._call = _CallObject()
+        used = self._call.feed(self._buffer)
+        self._buffer = self._buffer[used:] if used is not None else ""
+        if self._call_id is None and self._call.name is not None:
+            self._announce(self._call.name)
+        self._send_arguments()
+        return used is not None and self._end_call()
+
+    def _on_call_close(self) -> bool:
+        closed = self._expect(self.fmt.call_close, "between")
+        if closed:
+            self._held = ""  # the call's own closing text is never content
+        return closed
+
+    def _on_between(self) -> bool:
+        """After a call: another call, the end of the list, or (hermes) maybe text."""
+        stripped = self._buffer.lstrip(_WHITESPACE)
+        if not stripped:
+            return False
+        for token, state in ((self.fmt.separator.strip(), "call_open"), (self.fmt.list_close.strip(), "after")):
+            if token and stripped.startswith(token):
+                self._take(len(self._buffer) - len(stripped) + len(token))
+                self._state = state
+                if state == "after":
+                    self._held = ""  # the list's closing bracket is never content
+                return True
+        opening = self.fmt.call_open.strip()
+        if not self.fmt.separator.strip() and opening and opening.startswith(stripped[: len(opening)]):
+            if len(stripped) < len(opening):
+                return False
+            self._state = "call_open"
+            return True
+        self._state = "after"
+        return True
+
+    def _on_after(self) -> bool:
+        """Past the calls: what follows is content (and only in hermes may more calls come)."""
+        self._held = ""
+        self._buffer = self._buffer.lstrip(_WHITESPACE)
+        self._state = "text" if self.fmt.calls_at_start_only or self.fmt.marker else "content"
+        return bool(self._buffer)
+
+    def _on_text(self) -> bool:
+        self._emit_content(self._buffer)
+        self._buffer = ""
+        return False
+
+    # -- helpers --
+
+    def _expect(self, literal: str, then: str) -> bool:
+        """Skip whitespace, then take `literal` (compared without its own surrounding whitespace)."""
+        token = literal.strip()
+        stripped = self._buffer.lstrip(_WHITESPACE)
+        if token and token.startswith(stripped) and token != stripped:
+            return False
+        if not stripped.startswith(token):
+            return self._not_a_call()
+        self._take(len(self._buffer) - len(stripped) + len(token))
+        self._state = then
+        return True
+
+    def _end_call(self) -> bool:
+        call = self._call
+        assert call is not None
+        if self._call_id is None:  # the keys came in another order: the whole object decides
+            parsed = call.parsed()
+            if parsed is None:
+                return self._not_a_call()
+            self._announce(parsed[0])
+            self._add_arguments(parsed[1])
+        self._commit()
+        self._state = "call_close"
+        return True
+
+    def _announce(self, name: str) -> None:
+        self._call_id, self._call_name = self._new_id(), name
+        self._arguments = ""
+        self._held = ""
+        self._out.append(ToolCallStart(len(self.calls), self._call_id, name))
+
+    def _send_arguments(self) -> None:
+        if self._call is not None and self._call_id is not None:
+            self._add_arguments(self._call.streamable())
+
+    def _add_arguments(self, fragment: str) -> None:
+        if fragment:
+            self._arguments += fragment
+            self._out.append(ToolCallArguments(len(self.calls), fragment))
+
+    def _commit(self) -> None:
+        assert self._call_id is not None
+        self.calls.append(ToolCall(self._call_id, self._call_name, self._arguments))
+        self._call = self._call_id = None
+        self._held = ""
+
+    def _not_a_call(self) -> bool:
+        """What looked like the start of calls is not: all of it is content, and no call follows."""
+        raw = self._call.raw if self._call is not None else ""
+        self._emit_content(self._held + raw + self._buffer)
+        self._held = self._buffer = ""
+        self._call = None
+        self._state = "text"
+        return False
+
+    def _take(self, count: int) -> None:
+        self._held += self._buffer[:count]
+        self._buffer = self._buffer[count:]
+
+    def _emit_content(self, text: str) -> None:
+        if text:
+            self._out.append(ContentDelta(text))
+
+    def _drain(self) -> list[ToolEvent]:
+        out, self._out = self._out, []
+        return out
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest end of `text` that begins `marker` (what must be held back)."""
+    for k in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:k]):
+            return k
+    return 0
