@@ -39,19 +39,6 @@ def tool_call_guide(plan: ToolPlan, fmt: ToolFormat) -> Guide | None:
     return Guide("structural_tag", text, param="tools")
 
 
-def structural_tag_format(guide: Guide) -> dict[str, Any]:
-    """Any guide as a structural-tag format element, so it can be put in sequence after another
-    (reasoning.py puts it after the thinking block)."""
-    kind, text = guide.compiled_form()
-    if kind == "json_schema":
-        return {"type": "json_schema", "json_schema": json.loads(text)}
-    if kind == "regex":
-        return {"type": "regex", "pattern": text}
-    if kind == "ebnf":
-        return {"type": "grammar", "grammar": text}
-    return json.loads(text)["format"]
-
-
 def _call_tag(name: str, parameters: dict[str, Any], fmt: ToolFormat) -> dict[str, Any]:
     return {
         "type": "tag",

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from orchestrator.structured.json_scan import JsonValueEnd
+from orchestrator.structured.markers import partial_suffix
 from orchestrator.structured.tool_formats import ToolFormat
 
 _WHITESPACE = " \t\r\n"
@@ -183,7 +184,7 @@ class ToolCallParser:
         trigger = self.fmt.marker or self.fmt.call_open.strip()
         found = self._buffer.find(trigger)
         if found < 0:
-            keep = _partial_suffix(self._buffer, trigger)
+            keep = partial_suffix(self._buffer, trigger)
             self._emit_content(self._buffer[: len(self._buffer) - keep])
             self._buffer = self._buffer[len(self._buffer) - keep :]
             return False
@@ -346,10 +347,3 @@ class ToolCallParser:
         out, self._out = self._out, []
         return out
 
-
-def _partial_suffix(text: str, marker: str) -> int:
-    """Length of the longest end of `text` that begins `marker` (what must be held back)."""
-    for k in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:k]):
-            return k
-    return 0
