@@ -103,7 +103,9 @@ class GrammarChecker:
             if task is None:
                 task = asyncio.ensure_future(self._resolve(key, vocab, guide))
                 self._inflight[key] = task
-            outcome = await asyncio.shield(task)  # a cancelled caller leaves the check to finish and be cached
+            outcome = await asyncio.shield(
+                task
+            )  # a cancelled caller leaves the check to finish and be cached
         if outcome.verdict != "ok":
             raise InvalidRequest(self._message(guide, outcome), param=guide.param)
 
@@ -190,9 +192,13 @@ class GrammarChecker:
             reply = await asyncio.wait_for(self._request(message), self.start_time_limit_s)
         except (TimeoutError, _CheckerGone) as exc:
             await self._kill()
-            raise ModelUnavailable(f"the grammar checker could not read the vocabulary of {vocab.folder}") from exc
+            raise ModelUnavailable(
+                f"the grammar checker could not read the vocabulary of {vocab.folder}"
+            ) from exc
         if not reply["ok"]:
-            raise ModelUnavailable(f"the grammar checker could not read the vocabulary of {vocab.folder}: {reply['error']}")
+            raise ModelUnavailable(
+                f"the grammar checker could not read the vocabulary of {vocab.folder}: {reply['error']}"
+            )
         self._loaded.add(vocab.key)
 
     async def _request(self, message: dict) -> dict:

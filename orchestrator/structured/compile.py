@@ -46,7 +46,10 @@ def new_compiler(
     """A compiler over `vocabulary`; with `cache`, compiled grammars are kept up to `cache_limit_bytes`
     (-1: no limit)."""
     return xgr.GrammarCompiler(
-        tokenizer_info(vocabulary), max_threads=threads, cache_enabled=cache, cache_limit_bytes=cache_limit_bytes
+        tokenizer_info(vocabulary),
+        max_threads=threads,
+        cache_enabled=cache,
+        cache_limit_bytes=cache_limit_bytes,
     )
 
 
@@ -69,6 +72,8 @@ def compile_guide(compiler: xgr.GrammarCompiler, kind: str, text: str) -> xgr.Co
 
 def clean_reason(exc: BaseException) -> str:
     """xgrammar's message without the timestamp, source location and assertion text its C++ checks add."""
-    lines = [_CHECK_FAILED.sub("", _LOG_PREFIX.sub("", line)).strip() for line in str(exc).strip().splitlines()]
+    lines = [
+        _CHECK_FAILED.sub("", _LOG_PREFIX.sub("", line)).strip() for line in str(exc).strip().splitlines()
+    ]
     reason = " ".join(line for line in lines if line) or type(exc).__name__
     return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 3] + "..."

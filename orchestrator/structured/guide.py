@@ -45,7 +45,9 @@ class Guide:
         if self.kind not in GUIDE_KINDS:
             raise ValueError(f"unknown guide kind {self.kind!r}; expected one of {', '.join(GUIDE_KINDS)}")
         if (self.kind == "json_object") != (self.text == ""):
-            raise ValueError(f"a {self.kind} guide {'has no' if self.kind == 'json_object' else 'needs a'} text")
+            raise ValueError(
+                f"a {self.kind} guide {'has no' if self.kind == 'json_object' else 'needs a'} text"
+            )
 
     def compiled_form(self) -> tuple[str, str]:
         """(kind, text) as compiled: json_object is the JSON schema of any object, everywhere."""
@@ -82,7 +84,9 @@ def guide_from_response_format(value: Any) -> Guide | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise InvalidRequest(f"response_format must be an object (got {_show(value)})", param="response_format")
+        raise InvalidRequest(
+            f"response_format must be an object (got {_show(value)})", param="response_format"
+        )
     kind = value.get("type")
     allowed_keys = {"text": {"type"}, "json_object": {"type"}, "json_schema": {"type", "json_schema"}}
     if kind not in allowed_keys:
@@ -101,18 +105,25 @@ def guide_from_response_format(value: Any) -> Guide | None:
 def _json_schema_wrapper(wrapper: Any) -> Guide:
     param = "response_format.json_schema"
     if not isinstance(wrapper, dict):
-        raise InvalidRequest(f"{param} must be an object with name and schema (got {_show(wrapper)})", param=param)
+        raise InvalidRequest(
+            f"{param} must be an object with name and schema (got {_show(wrapper)})", param=param
+        )
     _refuse_unknown_keys(wrapper, {"name", "schema", "strict", "description"}, param)
     name = wrapper.get("name")
     if not isinstance(name, str) or not _SCHEMA_NAME.match(name):
         raise InvalidRequest(
-            f"{param}.name must be 1 to 64 letters, digits, '_' or '-' (got {_show(name)})", param=f"{param}.name"
+            f"{param}.name must be 1 to 64 letters, digits, '_' or '-' (got {_show(name)})",
+            param=f"{param}.name",
         )
     strict = wrapper.get("strict")
     if strict is not None and not isinstance(strict, bool):
-        raise InvalidRequest(f"{param}.strict must be a boolean (got {_show(strict)})", param=f"{param}.strict")
+        raise InvalidRequest(
+            f"{param}.strict must be a boolean (got {_show(strict)})", param=f"{param}.strict"
+        )
     if "schema" not in wrapper:
-        raise InvalidRequest(f"{param}.schema is required: the JSON Schema the output must follow", param=f"{param}.schema")
+        raise InvalidRequest(
+            f"{param}.schema is required: the JSON Schema the output must follow", param=f"{param}.schema"
+        )
     return json_schema_guide(wrapper["schema"], param=f"{param}.schema")
 
 
@@ -125,7 +136,9 @@ def json_schema_guide(schema: Any, *, param: str) -> Guide:
             raise InvalidRequest(f"{param} is not valid JSON: {exc}", param=param) from exc
     if not isinstance(schema, dict):
         raise InvalidRequest(f"{param} must be a JSON Schema object (got {_show(schema)})", param=param)
-    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))  # key order kept: it orders the output
+    text = json.dumps(
+        schema, ensure_ascii=False, separators=(",", ":")
+    )  # key order kept: it orders the output
     return Guide("json_schema", _bounded(text, param), param=param)
 
 
@@ -180,7 +193,9 @@ def _json_object_flag(value: Any, param: str) -> Guide:
 def choice_guide(choices: Any, param: str) -> Guide:
     """An EBNF grammar whose only sentences are the given strings."""
     if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
-        raise InvalidRequest(f"{param} must be a non-empty list of strings (got {_show(choices)})", param=param)
+        raise InvalidRequest(
+            f"{param} must be a non-empty list of strings (got {_show(choices)})", param=param
+        )
     alternatives = " | ".join(ebnf_literal(choice) for choice in dict.fromkeys(choices))
     return Guide("ebnf", _bounded(f"root ::= {alternatives}", param), param=param)
 

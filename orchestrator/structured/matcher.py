@@ -84,7 +84,9 @@ class GuidedBatchMasker:
         if not rows:
             return
         if logits.dtype != torch.float32 or logits.dim() != 2:
-            raise ValueError(f"logits must be a 2-D float32 tensor (got {logits.dtype}, {tuple(logits.shape)})")
+            raise ValueError(
+                f"logits must be a 2-D float32 tensor (got {logits.dtype}, {tuple(logits.shape)})"
+            )
         self._reserve(logits.size(0))
         masked = []
         for row, state in rows:
@@ -96,7 +98,9 @@ class GuidedBatchMasker:
         if masked:
             bitmask = self._bitmask if logits.device.type == "cpu" else self._bitmask.to(logits.device)
             if logits.device.type == "cpu":
-                xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self._width(logits), indices=masked)
+                xgr.apply_token_bitmask_inplace(
+                    logits, bitmask, vocab_size=self._width(logits), indices=masked
+                )
             else:  # a pure-torch unpacking: xgrammar's GPU kernel needs triton, which workers need not have
                 _apply_with_torch(logits, bitmask, masked, self._width(logits))
         if logits.size(1) > self.vocab_size:

@@ -133,4 +133,3 @@ def structural_tag_format(guide: Guide) -> dict[str, Any]:
     if kind == "ebnf":
         return {"type": "grammar", "grammar": text}
     return json.loads(text)["format"]
-

@@ -25,7 +25,9 @@ def tool_call_guide(plan: ToolPlan, fmt: ToolFormat) -> Guide | None:
         return None
     calls = {
         "type": "tags_with_separator",
-        "tags": [_call_tag(tool.function.name, tool.function.parameters_schema(), fmt) for tool in plan.tools],
+        "tags": [
+            _call_tag(tool.function.name, tool.function.parameters_schema(), fmt) for tool in plan.tools
+        ],
         "separator": fmt.separator,
         "at_least_one": True,
         "stop_after_first": not plan.parallel,

@@ -56,7 +56,11 @@ class ToolCall:
 
     def to_openai(self) -> dict:
         """`message.tool_calls[i]` of a chat completion."""
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
 
 
 def delta_of(event: ToolCallStart | ToolCallArguments) -> dict:
@@ -129,7 +133,9 @@ class _CallObject:
         arguments = value.get("arguments", value.get("parameters")) if isinstance(value, dict) else None
         if not isinstance(value, dict) or not isinstance(value.get("name"), str) or arguments is None:
             return None
-        return value["name"], arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        return value["name"], arguments if isinstance(arguments, str) else json.dumps(
+            arguments, ensure_ascii=False
+        )
 
 
 def _string_arguments(literal: str) -> str:
@@ -250,7 +256,10 @@ class ToolCallParser:
         stripped = self._buffer.lstrip(_WHITESPACE)
         if not stripped:
             return False
-        for token, state in ((self.fmt.separator.strip(), "call_open"), (self.fmt.list_close.strip(), "after")):
+        for token, state in (
+            (self.fmt.separator.strip(), "call_open"),
+            (self.fmt.list_close.strip(), "after"),
+        ):
             if token and stripped.startswith(token):
                 self._take(len(self._buffer) - len(stripped) + len(token))
                 self._state = state
@@ -346,4 +355,3 @@ class ToolCallParser:
     def _drain(self) -> list[ToolEvent]:
         out, self._out = self._out, []
         return out
-

@@ -98,7 +98,9 @@ def plan_tools(
     names = [tool.function.name for tool in tools]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise InvalidRequest(f"tools must have distinct names; repeated: {', '.join(duplicates)}", param="tools")
+        raise InvalidRequest(
+            f"tools must have distinct names; repeated: {', '.join(duplicates)}", param="tools"
+        )
     parallel = parallel_tool_calls is not False
     choice = tool_choice if tool_choice is not None else "auto"
     if isinstance(choice, NamedToolChoice):

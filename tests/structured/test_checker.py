@@ -96,7 +96,9 @@ def test_concurrent_checks_of_one_guide_share_one_compile(loop, checker, smollm2
     assert checker.round_trips == trips + 1
 
 
-def test_a_pathological_grammar_hits_the_time_limit_and_the_next_check_still_works(loop, checker, smollm2_dir):
+def test_a_pathological_grammar_hits_the_time_limit_and_the_next_check_still_works(
+    loop, checker, smollm2_dir
+):
     slow = Guide("ebnf", pathological_grammar(3000), param="structured_outputs.grammar")
     restarts = checker.restarts
     with pytest.raises(InvalidRequest) as refused:

@@ -16,7 +16,11 @@ from orchestrator.structured.guide import (
     single_guide,
 )
 
-SCHEMA = {"type": "object", "properties": {"b": {"type": "string"}, "a": {"type": "integer"}}, "required": ["b"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"b": {"type": "string"}, "a": {"type": "integer"}},
+    "required": ["b"],
+}
 
 
 def test_text_is_no_constraint():
@@ -34,7 +38,10 @@ def test_json_object():
 
 def test_json_schema_takes_the_inner_schema_never_the_wrapper():
     guide = guide_from_response_format(
-        {"type": "json_schema", "json_schema": {"name": "thing", "schema": SCHEMA, "strict": True, "description": "d"}}
+        {
+            "type": "json_schema",
+            "json_schema": {"name": "thing", "schema": SCHEMA, "strict": True, "description": "d"},
+        }
     )
     assert guide.kind == "json_schema"
     assert json.loads(guide.text) == SCHEMA
@@ -50,7 +57,11 @@ def test_json_schema_takes_the_inner_schema_never_the_wrapper():
         ({"type": "yaml"}, "response_format.type", "text, json_object, json_schema"),
         ({"type": "text", "extra": 1}, "response_format.extra", "unknown field"),
         ({"type": "json_schema"}, "response_format.json_schema", "name and schema"),
-        ({"type": "json_schema", "json_schema": {"schema": SCHEMA}}, "response_format.json_schema.name", "1 to 64"),
+        (
+            {"type": "json_schema", "json_schema": {"schema": SCHEMA}},
+            "response_format.json_schema.name",
+            "1 to 64",
+        ),
         (
             {"type": "json_schema", "json_schema": {"name": "a b", "schema": SCHEMA}},
             "response_format.json_schema.name",
@@ -61,7 +72,11 @@ def test_json_schema_takes_the_inner_schema_never_the_wrapper():
             "response_format.json_schema.strict",
             "boolean",
         ),
-        ({"type": "json_schema", "json_schema": {"name": "x"}}, "response_format.json_schema.schema", "required"),
+        (
+            {"type": "json_schema", "json_schema": {"name": "x"}},
+            "response_format.json_schema.schema",
+            "required",
+        ),
         (
             {"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}},
             "response_format.json_schema.schema",
@@ -122,7 +137,11 @@ def test_ebnf_literals_escape_control_characters_as_xgrammar_reads_them():
         ({"json_object": False}, "structured_outputs.json_object", "must be true"),
         ({"regex": "a", "whitespace_pattern": " "}, "structured_outputs.whitespace_pattern", "not supported"),
         ({"regex": "a", "guided": 1}, "structured_outputs.guided", "unknown field"),
-        ({"regex": "a" * (MAX_GUIDE_CHARS + 1)}, "structured_outputs.regex", f"the limit is {MAX_GUIDE_CHARS}"),
+        (
+            {"regex": "a" * (MAX_GUIDE_CHARS + 1)},
+            "structured_outputs.regex",
+            f"the limit is {MAX_GUIDE_CHARS}",
+        ),
     ],
 )
 def test_malformed_structured_outputs_are_refused_naming_the_field(value, param, words):

@@ -105,7 +105,9 @@ def test_padding_rows_of_the_logits_are_never_allowed(smollm2_dir):
 def test_only_float32_matrices_are_masked(cache):
     state = cache.new_state(Guide("json_object"))
     with pytest.raises(ValueError, match="float32"):
-        GuidedBatchMasker(cache.vocabulary.size).apply(torch.zeros(1, cache.vocabulary.size).half(), [(0, state)])
+        GuidedBatchMasker(cache.vocabulary.size).apply(
+            torch.zeros(1, cache.vocabulary.size).half(), [(0, state)]
+        )
 
 
 def test_the_torch_unpacking_used_off_cpu_masks_exactly_like_xgrammars_kernel(cache):

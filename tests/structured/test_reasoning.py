@@ -107,7 +107,9 @@ def decode_after(smollm2_dir, cache, guide, recorded: str, seed: int) -> str:
     return IncrementalDetokenizer(tokenizer).push(forced + ids)
 
 
-@pytest.mark.parametrize(("opened", "recorded"), [(True, R1_THINKING + "</think>\n\n"), (False, QWEN3_THINKING)])
+@pytest.mark.parametrize(
+    ("opened", "recorded"), [(True, R1_THINKING + "</think>\n\n"), (False, QWEN3_THINKING)]
+)
 def test_a_structured_answer_after_recorded_thinking_validates(smollm2_dir, cache, opened, recorded):
     text = decode_after(smollm2_dir, cache, after_reasoning(CITY, opened_by_prompt=opened), recorded, seed=5)
     reasoning, content = split_all({"opened_by_prompt": opened}, [text])
@@ -122,7 +124,9 @@ def test_forced_tool_calls_after_recorded_thinking_parse(smollm2_dir, cache):
         )
     ]
     fmt = TOOL_FORMATS["hermes"]
-    guide = after_reasoning(tool_call_guide(plan_tools(tools, "required", False), fmt), opened_by_prompt=False)
+    guide = after_reasoning(
+        tool_call_guide(plan_tools(tools, "required", False), fmt), opened_by_prompt=False
+    )
     text = decode_after(smollm2_dir, cache, guide, QWEN3_THINKING, seed=6)
     _, content = split_all({"opened_by_prompt": False}, [text])
     parser = ToolCallParser(fmt, forced=True)

@@ -45,7 +45,11 @@ TOOLS = [
     ToolDefinition.model_validate(
         {
             "type": "function",
-            "function": {"name": name, "description": f"{name} tool", "parameters": model.model_json_schema()},
+            "function": {
+                "name": name,
+                "description": f"{name} tool",
+                "parameters": model.model_json_schema(),
+            },
         }
     )
     for name, model in ARGUMENTS.items()

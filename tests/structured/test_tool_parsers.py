@@ -19,7 +19,11 @@ from orchestrator.structured.tool_parsers import (
 )
 
 WEATHER = {"city": "Paris", "unit": "celsius"}
-NESTED = {"query": "a } tricky \"string\" with ] brackets", "filters": [{"k": "x", "v": [1, 2.5, None]}], "ok": True}
+NESTED = {
+    "query": 'a } tricky "string" with ] brackets',
+    "filters": [{"k": "x", "v": [1, 2.5, None]}],
+    "ok": True,
+}
 
 
 def ids():
@@ -64,8 +68,20 @@ RECORDED = [
         [("get_weather", WEATHER)],
         False,
     ),
-    ("hermes", "The answer is 4 < 5, and <tool_calls> are not needed.", "The answer is 4 < 5, and <tool_calls> are not needed.", [], False),
-    ("hermes", "<tool_call>\nI cannot call tools.\n</tool_call>", "<tool_call>\nI cannot call tools.\n</tool_call>", [], False),
+    (
+        "hermes",
+        "The answer is 4 < 5, and <tool_calls> are not needed.",
+        "The answer is 4 < 5, and <tool_calls> are not needed.",
+        [],
+        False,
+    ),
+    (
+        "hermes",
+        "<tool_call>\nI cannot call tools.\n</tool_call>",
+        "<tool_call>\nI cannot call tools.\n</tool_call>",
+        [],
+        False,
+    ),
     (
         "hermes",
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>\nDone, see above.',
@@ -90,7 +106,13 @@ RECORDED = [
         False,
     ),
     ("llama3_json", '{"name": "Ada", "born": 1815}', '{"name": "Ada", "born": 1815}', [], False),
-    ("llama3_json", 'Paris is in France. {"name": "x", "parameters": {}}', 'Paris is in France. {"name": "x", "parameters": {}}', [], False),
+    (
+        "llama3_json",
+        'Paris is in France. {"name": "x", "parameters": {}}',
+        'Paris is in France. {"name": "x", "parameters": {}}',
+        [],
+        False,
+    ),
     (
         "mistral",
         '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}, {"name": "search", '
@@ -108,9 +130,27 @@ RECORDED = [
     ),
     ("mistral", "Use [TOOL] brackets [like this].", "Use [TOOL] brackets [like this].", [], False),
     # Forced calls: the marker may be missing (a detokeniser that skips special tokens drops it).
-    ("mistral", '[{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}]', "", [("get_weather", WEATHER)], True),
-    ("mistral", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}]', "", [("get_weather", WEATHER)], True),
-    ("llama3_json", '{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}', "", [("get_weather", WEATHER)], True),
+    (
+        "mistral",
+        '[{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}]',
+        "",
+        [("get_weather", WEATHER)],
+        True,
+    ),
+    (
+        "mistral",
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}]',
+        "",
+        [("get_weather", WEATHER)],
+        True,
+    ),
+    (
+        "llama3_json",
+        '{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}',
+        "",
+        [("get_weather", WEATHER)],
+        True,
+    ),
     (
         "hermes",
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>',
@@ -138,7 +178,9 @@ def check_event_stream(events, calls):
     assert [(s.index, s.id, s.name) for s in starts] == [(i, c.id, c.name) for i, c in enumerate(calls)]
     for index, call in enumerate(calls):
         start_at = events.index(starts[index])
-        fragments = [(i, e) for i, e in enumerate(events) if isinstance(e, ToolCallArguments) and e.index == index]
+        fragments = [
+            (i, e) for i, e in enumerate(events) if isinstance(e, ToolCallArguments) and e.index == index
+        ]
         assert all(i > start_at for i, _ in fragments)
         assert "".join(e.fragment for _, e in fragments) == call.arguments
 
@@ -198,4 +240,7 @@ def test_every_format_parses_what_it_writes(fmt):
     for forced in (False, True):
         events, calls = run(fmt, list(text), forced=forced)
         assert summary(events, calls)[0] == ""
-        assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", WEATHER), ("search", NESTED)]
+        assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+            ("get_weather", WEATHER),
+            ("search", NESTED),
+        ]

@@ -14,7 +14,10 @@ def tool(name: str, **function) -> ToolDefinition:
 
 
 CHOICE = TypeAdapter(ToolChoice)
-TOOLS = [tool("get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}}), tool("ping")]
+TOOLS = [
+    tool("get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}}),
+    tool("ping"),
+]
 
 
 def test_openai_defaults_are_auto_with_parallel_calls():
@@ -53,7 +56,12 @@ def test_a_tool_without_parameters_takes_an_empty_object():
         (None, {"type": "function", "function": {"name": "x"}}, "tool_choice", "needs tools"),
         ([], None, "tools", "at least one"),
         ([tool("a"), tool("a")], None, "tools", "repeated: a"),
-        (TOOLS, {"type": "function", "function": {"name": "launch"}}, "tool_choice.function.name", "not among"),
+        (
+            TOOLS,
+            {"type": "function", "function": {"name": "launch"}},
+            "tool_choice.function.name",
+            "not among",
+        ),
         ([tool(f"t{i}") for i in range(MAX_TOOLS + 1)], None, "tools", f"the limit is {MAX_TOOLS}"),
     ],
 )
