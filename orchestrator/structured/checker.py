@@ -103,9 +103,8 @@ class GrammarChecker:
             if task is None:
                 task = asyncio.ensure_future(self._resolve(key, vocab, guide))
                 self._inflight[key] = task
-            outcome = await asyncio.shield(
-                task
-            )  # a cancelled caller leaves the check to finish and be cached
+            # A cancelled caller leaves the check running, to finish and be remembered.
+            outcome = await asyncio.shield(task)
         if outcome.verdict != "ok":
             raise InvalidRequest(self._message(guide, outcome), param=guide.param)
 

@@ -136,9 +136,8 @@ def json_schema_guide(schema: Any, *, param: str) -> Guide:
             raise InvalidRequest(f"{param} is not valid JSON: {exc}", param=param) from exc
     if not isinstance(schema, dict):
         raise InvalidRequest(f"{param} must be a JSON Schema object (got {_show(schema)})", param=param)
-    text = json.dumps(
-        schema, ensure_ascii=False, separators=(",", ":")
-    )  # key order kept: it orders the output
+    # Key order is kept: it is the order of the output's fields.
+    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
     return Guide("json_schema", _bounded(text, param), param=param)
 
 
