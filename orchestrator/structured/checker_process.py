@@ -6,7 +6,8 @@ Protocol: one JSON object per line. On start it writes `{"ready": true, "xgramma
 
 - `{"op": "load", "vocab": KEY, "folder": DIR, "stop_token_ids": [..] | null, "size": N | null}` reads the
   folder's vocabulary once and keeps a compiler for it under KEY;
-- `{"op": "compile", "vocab": KEY, "kind": K, "text": T}` compiles one guide (compiled form);
+- `{"op": "compile", "vocab": KEY, "kind": K, "text": T}` compiles one guide (compiled form; a structural
+  tag also as its EBNF lowering);
 
 each answered by `{"ok": true, ...}` or `{"ok": false, "error": reason}`. Requests are handled one at a
 time; the parent enforces time limits by killing this process.
@@ -25,7 +26,7 @@ from pathlib import Path
 
 def _serve(channel, threads: int) -> int:
     try:
-        from orchestrator.structured.compile import GrammarRefused, compile_guide, new_compiler
+        from orchestrator.structured.compile import GrammarRefused, check_guide, new_compiler
         from orchestrator.structured.vocabulary import load_vocabulary
     except Exception as exc:  # xgrammar or one of its dependencies (torch, transformers) is missing
         _send(channel, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
@@ -46,7 +47,7 @@ def _serve(channel, threads: int) -> int:
                 reply = {"ok": True, "vocab_size": vocabulary.size}
             else:
                 started = time.perf_counter()
-                compile_guide(compilers[request["vocab"]], request["kind"], request["text"])
+                check_guide(compilers[request["vocab"]], request["kind"], request["text"])
                 reply = {"ok": True, "compile_ms": round((time.perf_counter() - started) * 1000, 3)}
         except GrammarRefused as exc:
             reply = {"ok": False, "error": exc.reason}

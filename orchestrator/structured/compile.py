@@ -11,6 +11,7 @@ import re
 
 import xgrammar as xgr
 
+from orchestrator.structured.lowering import structural_tag_as_ebnf
 from orchestrator.structured.vocabulary import Vocabulary
 
 XGRAMMAR_VERSION = "0.1.25"  # the version TensorRT-LLM 1.2 pins; compile results must agree with the engine's
@@ -77,3 +78,18 @@ def clean_reason(exc: BaseException) -> str:
     ]
     reason = " ".join(line for line in lines if line) or type(exc).__name__
     return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 3] + "..."
+
+
+def check_guide(compiler: xgr.GrammarCompiler, kind: str, text: str) -> None:
+    """What the grammar checker runs: compile the guide, and for a structural tag also its EBNF lowering
+    (lowering.py), so either form can be handed to TensorRT-LLM. GrammarRefused if either fails."""
+    compile_guide(compiler, kind, text)
+    if kind == "structural_tag":
+        try:
+            lowered = structural_tag_as_ebnf(text)
+        except Exception as exc:
+            raise GrammarRefused(f"its EBNF form could not be made: {clean_reason(exc)}") from exc
+        try:
+            compile_guide(compiler, "ebnf", lowered)
+        except GrammarRefused as exc:
+            raise GrammarRefused(f"its EBNF form does not compile: {exc.reason}") from exc
