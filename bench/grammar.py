@@ -19,7 +19,9 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Literal
 
+import psutil
 import torch
+import xgrammar as xgr
 from pydantic import BaseModel
 from tokenizers import Tokenizer
 
@@ -107,8 +109,9 @@ def bench_compile(vocabulary, threads: int, repeats: int) -> dict:
 
 
 def bench_masks(folder: Path, vocabulary, rows_list: list[int]) -> dict:
-    """Per-row microseconds of GuidedBatchMasker.apply (fill every constrained row, then mask them) at each
-    position of an accepted output, for batches whose rows are all constrained."""
+    """Per-row microseconds of GuidedBatchMasker.apply (fill every constrained row's bitmask, then mask its
+    logits), and of the fill alone, at each position of an accepted output, in batches whose rows are all
+    constrained."""
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     cache = GrammarCache(vocabulary)
     results = {}
@@ -120,8 +123,13 @@ def bench_masks(folder: Path, vocabulary, rows_list: list[int]) -> dict:
             masker = GuidedBatchMasker(vocabulary.size, rows=rows)
             base = torch.randn(rows, vocabulary.size)
             logits = torch.empty_like(base)
-            per_row = []
+            per_row, fill_per_row = [], []
+            bitmask = xgr.allocate_token_bitmask(rows, vocabulary.size)
             for token in tokens:
+                started = time.perf_counter()
+                for row, state in enumerate(states):
+                    state.fill(bitmask, row)
+                fill_per_row.append((time.perf_counter() - started) / rows * 1e6)
                 logits.copy_(base)
                 started = time.perf_counter()
                 masker.apply(logits, list(enumerate(states)))
@@ -129,6 +137,7 @@ def bench_masks(folder: Path, vocabulary, rows_list: list[int]) -> dict:
                 if not all(state.accept(token) for state in states):
                     raise RuntimeError(f"{name}: the grammar refused its own example at token {token}")
             results[name][f"rows_{rows}"] = {
+                "fill_only_per_row_us_p50": rounded(percentile(fill_per_row, 50), 2),
                 "per_row_us_p50": rounded(percentile(per_row, 50), 2),
                 "per_row_us_p90": rounded(percentile(per_row, 90), 2),
                 "per_row_us_max": rounded(max(per_row), 2),
@@ -143,6 +152,7 @@ async def bench_checker(folder: Path) -> dict:
         started = time.perf_counter()
         await checker.start()
         start_s = time.perf_counter() - started
+        rss = psutil.Process(checker._process.pid).memory_info().rss
         timings = []
         for guide in [*guides, guides[-1]]:  # the last one again: answered from the cache
             started = time.perf_counter()
@@ -150,6 +160,7 @@ async def bench_checker(folder: Path) -> dict:
             timings.append(time.perf_counter() - started)
         return {
             "process_start_s": rounded(start_s, 3),
+            "process_rss_mib_after_start": rounded(rss / 2**20, 1),
             "first_check_with_vocabulary_load_s": rounded(timings[0], 3),
             "new_guide_check_ms_p50": rounded(statistics.median(timings[1:-1]) * 1000, 3),
             "cached_check_us": rounded(timings[-1] * 1e6, 1),
