@@ -13,6 +13,9 @@ import pytest
 from orchestrator.errors import InvalidRequest, ModelUnavailable, UnsupportedParameter
 from orchestrator.structured.checker import GrammarChecker
 from orchestrator.structured.guide import Guide, guide_from_response_format
+from orchestrator.structured.tool_formats import TOOL_FORMATS
+from orchestrator.structured.tool_grammar import tool_call_guide
+from orchestrator.structured.tools import ToolDefinition, plan_tools
 
 PERSON = {
     "type": "object",
@@ -42,30 +45,41 @@ def checker(loop):
     loop.run_until_complete(checker.close())
 
 
-def test_a_valid_schema_passes_and_is_then_answered_from_the_cache(loop, checker, smollm2_dir):
+def test_a_valid_schema_passes_and_is_then_answered_from_the_cache(loop, checker, smollm2_vocab_dir):
     guide = guide_from_response_format(
         {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
     )
-    loop.run_until_complete(checker.check(smollm2_dir, guide))
+    loop.run_until_complete(checker.check(smollm2_vocab_dir, guide))
     assert checker.xgrammar_version == "0.1.25"
     trips = checker.round_trips
-    loop.run_until_complete(checker.check(smollm2_dir, Guide("json_schema", guide.text)))
+    loop.run_until_complete(checker.check(smollm2_vocab_dir, Guide("json_schema", guide.text)))
     assert checker.round_trips == trips
 
 
-def test_an_invalid_schema_is_refused_with_xgrammars_reason(loop, checker, smollm2_dir):
+def test_a_tool_grammar_passes_in_both_forms(loop, checker, smollm2_vocab_dir):
+    """A structural tag is compiled as such and as its EBNF lowering (what TensorRT-LLM may be given)."""
+    tools = [
+        ToolDefinition.model_validate(
+            {"type": "function", "function": {"name": "lookup", "parameters": PERSON}}
+        )
+    ]
+    guide = tool_call_guide(plan_tools(tools, "required", None), TOOL_FORMATS["mistral"])
+    loop.run_until_complete(checker.check(smollm2_vocab_dir, guide))
+
+
+def test_an_invalid_schema_is_refused_with_xgrammars_reason(loop, checker, smollm2_vocab_dir):
     guide = guide_from_response_format(
         {"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "objectx"}}}
     )
     with pytest.raises(InvalidRequest) as refused:
-        loop.run_until_complete(checker.check(smollm2_dir, guide))
+        loop.run_until_complete(checker.check(smollm2_vocab_dir, guide))
     assert refused.value.param == "response_format.json_schema.schema"
     assert refused.value.message == (
         'response_format.json_schema.schema cannot be enforced: xgrammar refused it: Unsupported type "objectx"'
     )
     trips = checker.round_trips
     with pytest.raises(InvalidRequest, match="objectx"):  # the refusal is remembered too
-        loop.run_until_complete(checker.check(smollm2_dir, guide))
+        loop.run_until_complete(checker.check(smollm2_vocab_dir, guide))
     assert checker.round_trips == trips
 
 
@@ -78,18 +92,18 @@ def test_an_invalid_schema_is_refused_with_xgrammars_reason(loop, checker, smoll
         (Guide("structural_tag", '{"type": "structural_tag"}', param="tools"), "format"),
     ],
 )
-def test_invalid_grammars_of_every_kind_are_refused(loop, checker, smollm2_dir, guide, reason):
+def test_invalid_grammars_of_every_kind_are_refused(loop, checker, smollm2_vocab_dir, guide, reason):
     with pytest.raises(InvalidRequest) as refused:
-        loop.run_until_complete(checker.check(smollm2_dir, guide))
+        loop.run_until_complete(checker.check(smollm2_vocab_dir, guide))
     assert refused.value.param == guide.param
     assert reason in refused.value.message
 
 
-def test_concurrent_checks_of_one_guide_share_one_compile(loop, checker, smollm2_dir):
+def test_concurrent_checks_of_one_guide_share_one_compile(loop, checker, smollm2_vocab_dir):
     guide = Guide("regex", "[0-9]{3}-[0-9]{4}")
 
     async def three_at_once():
-        await asyncio.gather(*(checker.check(smollm2_dir, guide) for _ in range(3)))
+        await asyncio.gather(*(checker.check(smollm2_vocab_dir, guide) for _ in range(3)))
 
     trips = checker.round_trips
     loop.run_until_complete(three_at_once())
@@ -97,20 +111,20 @@ def test_concurrent_checks_of_one_guide_share_one_compile(loop, checker, smollm2
 
 
 def test_a_pathological_grammar_hits_the_time_limit_and_the_next_check_still_works(
-    loop, checker, smollm2_dir
+    loop, checker, smollm2_vocab_dir
 ):
     slow = Guide("ebnf", pathological_grammar(3000), param="structured_outputs.grammar")
     restarts = checker.restarts
     with pytest.raises(InvalidRequest) as refused:
-        loop.run_until_complete(checker.check(smollm2_dir, slow))
+        loop.run_until_complete(checker.check(smollm2_vocab_dir, slow))
     assert refused.value.message == (
         "structured_outputs.grammar: the grammar took longer than 1 s to compile; simplify it"
     )
     assert checker.restarts == restarts + 1
-    loop.run_until_complete(checker.check(smollm2_dir, Guide("json_object")))  # a fresh process answers
+    loop.run_until_complete(checker.check(smollm2_vocab_dir, Guide("json_object")))  # a fresh process answers
     trips = checker.round_trips
     with pytest.raises(InvalidRequest, match="longer than 1 s"):  # remembered: no second minute-long compile
-        loop.run_until_complete(checker.check(smollm2_dir, slow))
+        loop.run_until_complete(checker.check(smollm2_vocab_dir, slow))
     assert (checker.round_trips, checker.restarts) == (trips, restarts + 1)
 
 
@@ -120,7 +134,7 @@ def test_a_folder_without_a_vocabulary_is_a_server_problem(loop, checker, tmp_pa
         loop.run_until_complete(checker.check(tmp_path, Guide("json_object")))
 
 
-def test_without_xgrammar_the_check_says_structured_outputs_need_it(smollm2_dir, tmp_path, monkeypatch):
+def test_without_xgrammar_the_check_says_structured_outputs_need_it(smollm2_vocab_dir, tmp_path, monkeypatch):
     fake = tmp_path / "xgrammar"  # shadows the real package in the checker's process only
     fake.mkdir()
     (fake / "__init__.py").write_text("raise ImportError('xgrammar is absent in this test')\n")
@@ -132,7 +146,7 @@ def test_without_xgrammar_the_check_says_structured_outputs_need_it(smollm2_dir,
         try:
             for _ in range(2):  # the second answer comes without starting another process
                 with pytest.raises(UnsupportedParameter) as refused:
-                    await checker.check(smollm2_dir, Guide("json_object"))
+                    await checker.check(smollm2_vocab_dir, Guide("json_object"))
                 assert "xgrammar" in refused.value.message and "pip install" in refused.value.message
             assert checker.round_trips == 0
         finally:
@@ -141,7 +155,7 @@ def test_without_xgrammar_the_check_says_structured_outputs_need_it(smollm2_dir,
     asyncio.run(go())
 
 
-def test_the_checker_process_speaks_one_json_line_per_request(smollm2_dir):
+def test_the_checker_process_speaks_one_json_line_per_request(smollm2_vocab_dir):
     """The protocol, driven by hand: ready line, load, compile, a refusal."""
     import subprocess
 
@@ -152,7 +166,7 @@ def test_the_checker_process_speaks_one_json_line_per_request(smollm2_dir):
         text=True,
     )
     requests = [
-        {"op": "load", "vocab": "v", "folder": str(smollm2_dir), "stop_token_ids": None, "size": None},
+        {"op": "load", "vocab": "v", "folder": str(smollm2_vocab_dir), "stop_token_ids": None, "size": None},
         {"op": "compile", "vocab": "v", "kind": "regex", "text": "[a-z]+"},
         {"op": "compile", "vocab": "v", "kind": "json_schema", "text": "{"},
     ]
