@@ -185,6 +185,7 @@ def main() -> None:
     report = {
         "host": {
             "cpus": os.cpu_count(),
+            "load_avg_1m_at_start": rounded(os.getloadavg()[0], 2),
             "machine": platform.machine(),
             "torch_threads": torch.get_num_threads(),
         },
