@@ -233,7 +233,10 @@ class GrammarChecker:
 
 def _vocab_ref(folder: Path, stop_token_ids: tuple[int, ...] | None, size: int | None) -> _VocabRef:
     folder = Path(folder).resolve()
-    stat = (folder / "tokenizer.json").stat()  # a rebuilt engine folder is a new vocabulary
+    try:
+        stat = (folder / "tokenizer.json").stat()  # a rebuilt engine folder is a new vocabulary
+    except OSError as exc:
+        raise ModelUnavailable(f"the grammar checker found no tokenizer.json in {folder}") from exc
     stops = tuple(stop_token_ids) if stop_token_ids else None
     key = json.dumps([str(folder), stat.st_mtime_ns, stat.st_size, stops, size])
     return _VocabRef(hashlib.sha256(key.encode()).hexdigest(), str(folder), stops, size)

@@ -129,6 +129,8 @@ def test_a_pathological_grammar_hits_the_time_limit_and_the_next_check_still_wor
 
 
 def test_a_folder_without_a_vocabulary_is_a_server_problem(loop, checker, tmp_path):
+    with pytest.raises(ModelUnavailable, match=r"no tokenizer\.json"):
+        loop.run_until_complete(checker.check(tmp_path, Guide("json_object")))
     (tmp_path / "tokenizer.json").write_text("{}")
     with pytest.raises(ModelUnavailable, match="could not read the vocabulary"):
         loop.run_until_complete(checker.check(tmp_path, Guide("json_object")))
