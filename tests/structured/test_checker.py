@@ -1,0 +1,180 @@
+"""The grammar checker process, with the real xgrammar and the real SmolLM2 vocabulary."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import InvalidRequest, ModelUnavailable, UnsupportedParameter
+from orchestrator.structured.checker import GrammarChecker
+from orchestrator.structured.guide import Guide, guide_from_response_format
+from orchestrator.structured.tool_formats import TOOL_FORMATS
+from orchestrator.structured.tool_grammar import tool_call_guide
+from orchestrator.structured.tools import ToolDefinition, plan_tools
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+
+
+def pathological_grammar(rules: int) -> str:
+    """Many rules, each a star over a wide character class: xgrammar precomputes a token mask per
+    position, which takes tens of seconds for a few thousand of them."""
+    body = "\n".join(f'r{i} ::= [^"{chr(97 + i % 26)}]* "{chr(97 + (i * 7) % 26)}"' for i in range(rules))
+    return "root ::= " + " ".join(f"r{i}" for i in range(rules)) + "\n" + body
+
+
+@pytest.fixture(scope="module")
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def checker(loop):
+    checker = GrammarChecker(time_limit_s=1.0)
+    yield checker
+    loop.run_until_complete(checker.close())
+
+
+def test_a_valid_schema_passes_and_is_then_answered_from_the_cache(loop, checker, smollm2_vocab_dir):
+    guide = guide_from_response_format(
+        {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    )
+    loop.run_until_complete(checker.check(smollm2_vocab_dir, guide))
+    assert checker.xgrammar_version == "0.1.25"
+    trips = checker.round_trips
+    loop.run_until_complete(checker.check(smollm2_vocab_dir, Guide("json_schema", guide.text)))
+    assert checker.round_trips == trips
+
+
+def test_a_tool_grammar_passes_in_both_forms(loop, checker, smollm2_vocab_dir):
+    """A structural tag is compiled as such and as its EBNF lowering (what TensorRT-LLM may be given)."""
+    tools = [
+        ToolDefinition.model_validate(
+            {"type": "function", "function": {"name": "lookup", "parameters": PERSON}}
+        )
+    ]
+    guide = tool_call_guide(plan_tools(tools, "required", None), TOOL_FORMATS["mistral"])
+    loop.run_until_complete(checker.check(smollm2_vocab_dir, guide))
+
+
+def test_an_invalid_schema_is_refused_with_xgrammars_reason(loop, checker, smollm2_vocab_dir):
+    guide = guide_from_response_format(
+        {"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "objectx"}}}
+    )
+    with pytest.raises(InvalidRequest) as refused:
+        loop.run_until_complete(checker.check(smollm2_vocab_dir, guide))
+    assert refused.value.param == "response_format.json_schema.schema"
+    assert refused.value.message == (
+        'response_format.json_schema.schema cannot be enforced: xgrammar refused it: Unsupported type "objectx"'
+    )
+    trips = checker.round_trips
+    with pytest.raises(InvalidRequest, match="objectx"):  # the refusal is remembered too
+        loop.run_until_complete(checker.check(smollm2_vocab_dir, guide))
+    assert checker.round_trips == trips
+
+
+@pytest.mark.parametrize(
+    ("guide", "reason"),
+    [
+        (Guide("regex", "a(", param="structured_outputs.regex"), "The parenthesis is not closed"),
+        (Guide("ebnf", 'root ::= "a" |', param="structured_outputs.grammar"), "EBNF parser error"),
+        (Guide("ebnf", 'start ::= "a"', param="structured_outputs.grammar"), "root"),
+        (Guide("structural_tag", '{"type": "structural_tag"}', param="tools"), "format"),
+    ],
+)
+def test_invalid_grammars_of_every_kind_are_refused(loop, checker, smollm2_vocab_dir, guide, reason):
+    with pytest.raises(InvalidRequest) as refused:
+        loop.run_until_complete(checker.check(smollm2_vocab_dir, guide))
+    assert refused.value.param == guide.param
+    assert reason in refused.value.message
+
+
+def test_concurrent_checks_of_one_guide_share_one_compile(loop, checker, smollm2_vocab_dir):
+    guide = Guide("regex", "[0-9]{3}-[0-9]{4}")
+
+    async def three_at_once():
+        await asyncio.gather(*(checker.check(smollm2_vocab_dir, guide) for _ in range(3)))
+
+    trips = checker.round_trips
+    loop.run_until_complete(three_at_once())
+    assert checker.round_trips == trips + 1
+
+
+def test_a_pathological_grammar_hits_the_time_limit_and_the_next_check_still_works(
+    loop, checker, smollm2_vocab_dir
+):
+    slow = Guide("ebnf", pathological_grammar(3000), param="structured_outputs.grammar")
+    restarts = checker.restarts
+    with pytest.raises(InvalidRequest) as refused:
+        loop.run_until_complete(checker.check(smollm2_vocab_dir, slow))
+    assert refused.value.message == (
+        "structured_outputs.grammar: the grammar took longer than 1 s to compile; simplify it"
+    )
+    assert checker.restarts == restarts + 1
+    loop.run_until_complete(checker.check(smollm2_vocab_dir, Guide("json_object")))  # a fresh process answers
+    trips = checker.round_trips
+    with pytest.raises(InvalidRequest, match="longer than 1 s"):  # remembered: no second minute-long compile
+        loop.run_until_complete(checker.check(smollm2_vocab_dir, slow))
+    assert (checker.round_trips, checker.restarts) == (trips, restarts + 1)
+
+
+def test_a_folder_without_a_vocabulary_is_a_server_problem(loop, checker, tmp_path):
+    with pytest.raises(ModelUnavailable, match=r"no tokenizer\.json"):
+        loop.run_until_complete(checker.check(tmp_path, Guide("json_object")))
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(ModelUnavailable, match="could not read the vocabulary"):
+        loop.run_until_complete(checker.check(tmp_path, Guide("json_object")))
+
+
+def test_without_xgrammar_the_check_says_structured_outputs_need_it(smollm2_vocab_dir, tmp_path, monkeypatch):
+    fake = tmp_path / "xgrammar"  # shadows the real package in the checker's process only
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('xgrammar is absent in this test')\n")
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(root)]))
+
+    async def go():
+        checker = GrammarChecker(python=sys.executable)
+        try:
+            for _ in range(2):  # the second answer comes without starting another process
+                with pytest.raises(UnsupportedParameter) as refused:
+                    await checker.check(smollm2_vocab_dir, Guide("json_object"))
+                assert "xgrammar" in refused.value.message and "pip install" in refused.value.message
+            assert checker.round_trips == 0
+        finally:
+            await checker.close()
+
+    asyncio.run(go())
+
+
+def test_the_checker_process_speaks_one_json_line_per_request(smollm2_vocab_dir):
+    """The protocol, driven by hand: ready line, load, compile, a refusal."""
+    import subprocess
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.structured.checker_process"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    requests = [
+        {"op": "load", "vocab": "v", "folder": str(smollm2_vocab_dir), "stop_token_ids": None, "size": None},
+        {"op": "compile", "vocab": "v", "kind": "regex", "text": "[a-z]+"},
+        {"op": "compile", "vocab": "v", "kind": "json_schema", "text": "{"},
+    ]
+    out, _ = process.communicate("".join(json.dumps(r) + "\n" for r in requests), timeout=120)
+    replies = [json.loads(line) for line in out.splitlines()]
+    assert replies[0] == {"ready": True, "xgrammar": "0.1.25"}
+    assert replies[1] == {"ok": True, "vocab_size": 49152}
+    assert replies[2]["ok"] is True
+    assert replies[3]["ok"] is False and replies[3]["error"]
