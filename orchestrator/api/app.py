@@ -18,6 +18,7 @@ from orchestrator.api import admin
 from orchestrator.api.auth import auth_middleware
 from orchestrator.api.generation import serve_generation
 from orchestrator.api.http import error_response, json_response, parse
+from orchestrator.api.openapi import openapi
 from orchestrator.api.responses import Format
 from orchestrator.api.state import STATE, AppState
 from orchestrator.api.tokenize import detokenize, tokenize
@@ -136,6 +137,7 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
+    app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model}", get_model)
     app.router.add_get("/health", health)

@@ -1,0 +1,115 @@
+"""Fuzzing the served API: 2,400 request bodies generated from the server's own /openapi.json (fixed seed), half
+following the schema with numbers at and past every bound, half with one hostile field, sent 8 at a time to the
+real server on the real model. No body may get a 5xx, restart the model's worker, hang, or get an error that is
+not OpenAI's JSON shape."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+
+from tests.conftest import DEFAULT_MODEL, admin_models
+from tests.fuzz.bodies import BodyGenerator, encode
+
+pytestmark = pytest.mark.e2e
+
+SEED = 20261123
+BODIES = 2400
+CONCURRENCY = 8
+MAX_NEW_TOKENS = 4  # generation kept short: the point is what reaches the engine, not how long it runs
+REQUEST_TIMEOUT_S = 120  # a body that takes longer is a hang
+ENDPOINTS = (("/v1/chat/completions", "ChatCompletionRequest", 45), ("/v1/completions", "CompletionRequest", 45),
+             ("/tokenize", "TokenizeText", 5), ("/detokenize", "Detokenize", 5))
+
+
+def generate(document: dict) -> list[tuple[str, bytes]]:
+    generator = BodyGenerator(document, SEED)
+    schemas = document["components"]["schemas"]
+    paths, names, weights = zip(*ENDPOINTS, strict=True)
+    bodies = []
+    for _ in range(BODIES):
+        path, name = generator.rng.choices(list(zip(paths, names, strict=True)), weights)[0]
+        body = generator.body(schemas[name])
+        if isinstance(body, dict):
+            if generator.rng.random() < 0.9:
+                body["model"] = DEFAULT_MODEL
+            _bound_generation(body, path)
+        bodies.append((path, encode(body)))
+    return bodies
+
+
+def _bound_generation(body: dict, path: str) -> None:
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_NEW_TOKENS:
+            body[key] = MAX_NEW_TOKENS
+    if path.endswith("completions") and "max_tokens" not in body and "max_completion_tokens" not in body:
+        body["max_tokens"] = MAX_NEW_TOKENS
+
+
+def is_openai_error(value) -> bool:
+    error = value.get("error") if isinstance(value, dict) else None
+    return isinstance(error, dict) and {"message", "type", "param", "code"} <= set(error) and bool(error["message"])
+
+
+def problems_with(status: int, content_type: str, raw: bytes) -> str | None:
+    """What is wrong with one answer, or None."""
+    if status == 0:
+        return f"no answer within {REQUEST_TIMEOUT_S} s"
+    if status >= 500:
+        return f"{status}: {raw[:300]!r}"
+    if content_type.startswith("text/event-stream"):
+        events = [line[6:] for line in raw.split(b"\n") if line.startswith(b"data: ")]
+        if not events or events[-1] != b"[DONE]":
+            return f"a stream that does not end with [DONE]: {raw[-300:]!r}"
+        for event in events[:-1]:
+            parsed = json.loads(event)
+            if "error" in parsed and not is_openai_error(parsed):
+                return f"a malformed error event: {event[:300]!r}"
+        return None
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return f"{status} with a body that is not JSON: {raw[:300]!r}"
+    if status != 200 and not is_openai_error(parsed):
+        return f"{status} with an error that is not OpenAI's shape: {raw[:300]!r}"
+    return None
+
+
+async def send_all(base_url: str, bodies: list[tuple[str, bytes]]) -> list[tuple[int, str, bytes]]:
+    results: list = [None] * len(bodies)
+    queue = iter(range(len(bodies)))
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        async def sender() -> None:
+            for index in queue:
+                path, body = bodies[index]
+                try:
+                    async with session.post(base_url + path, data=body,
+                                            headers={"Content-Type": "application/json"}) as response:
+                        results[index] = (response.status, response.headers.get("Content-Type", ""),
+                                          await response.read())
+                except TimeoutError:
+                    results[index] = (0, "", b"")  # no answer within the limit: a hang
+
+        await asyncio.gather(*(sender() for _ in range(CONCURRENCY)))
+    return results
+
+
+def test_no_generated_body_breaks_the_server_or_the_engine(server):
+    before = admin_models(server.base_url)[DEFAULT_MODEL]
+    with __import__("urllib.request").request.urlopen(f"{server.base_url}/openapi.json", timeout=30) as answer:
+        document = json.loads(answer.read())
+    bodies = generate(document)
+    results = asyncio.run(send_all(server.base_url, bodies))
+    found = [f"{path} {body[:200]!r} -> {problem}" for (path, body), result in zip(bodies, results, strict=True)
+             if (problem := problems_with(*result))]
+    assert not found, f"{len(found)} of {len(bodies)} bodies were mishandled, first ones:\n" + "\n".join(found[:10])
+    after = admin_models(server.base_url)[DEFAULT_MODEL]
+    assert (after["pid"], after["crashes"], after["loads"]) == (before["pid"], 0, before["loads"])
+    statuses = sorted({status for status, _, _ in results})
+    served = sum(1 for status, _, _ in results if status == 200)
+    assert served > BODIES // 10 and 400 in statuses  # both kinds were exercised: served and refused
