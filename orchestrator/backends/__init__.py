@@ -12,6 +12,7 @@ from orchestrator.engine.manifest import EngineManifest
 _MODULES = {
     "hf": "orchestrator.backends.hf",
     "trtllm": "orchestrator.backends.trtllm",
+    "sim": "orchestrator.backends.sim",
 }
 
 
@@ -43,6 +44,9 @@ class Features:
 _FEATURES = {
     "hf": Features(penalties=False),
     "trtllm": Features(penalties=True, logprobs=True),
+    # Synthetic text: log probabilities are synthetic but deterministic (orchestrator/sim/sequence.py); logit_bias
+    # and penalties have no meaning for it and are refused.
+    "sim": Features(penalties=False, logprobs=True),
 }
 
 

@@ -31,6 +31,7 @@ from orchestrator.scheduler.policy import Admission, Placement, Resident
 from orchestrator.scheduler.registry import Catalogue
 from orchestrator.scheduler.settings import Priority, load_model_settings
 from orchestrator.scheduler.slots import ModelSlot, ModelState, Waiter
+from orchestrator.sim.device import simulated_device
 from orchestrator.worker.client import WorkerClient
 from orchestrator.worker.main import LoadSpec
 from orchestrator.worker.process import WorkerPool
@@ -66,9 +67,8 @@ class Scheduler:
                 pinned=own.pinned,
             )
         memory = config.memory
-        self.ledger = MemoryLedger(
-            probe or detect_probe(config.worker.device, memory.gpu_index), memory.capacity_bytes, memory.reserve_bytes
-        )
+        probe = probe or simulated_device(catalogue.engines) or detect_probe(config.worker.device, memory.gpu_index)
+        self.ledger = MemoryLedger(probe, memory.capacity_bytes, memory.reserve_bytes)
         backends = tuple(sorted({e.manifest.backend for e in catalogue.engines.values()}))
         self.pool = WorkerPool(backends, config.log_level, keep_spare=config.worker.spare)
         self._placement = asyncio.Lock()  # one placement plan (and its evictions) at a time
@@ -331,7 +331,7 @@ class Scheduler:
             if isinstance(exc, ModelUnavailable):
                 raise
             raise ModelUnavailable(f"model '{slot.name}' failed to load: {exc.message}") from exc
-        self.ledger.commit(slot.name, ready.pid, fallback=ready.rss_bytes)
+        self.ledger.commit(slot.name, ready.pid, fallback=ready.rss_bytes, device_bytes=ready.device_bytes)
         slot.worker, slot.state, slot.last_error = worker, ModelState.READY, None
         slot.loads += 1
         if self._refill_after_load:

@@ -34,6 +34,7 @@ class WorkerReady:
     tokens_per_block: int
     max_batch_size: int
     rss_bytes: int
+    device_bytes: int | None = None  # LoadReport.device_bytes: what the model holds on a simulated device
 
 
 def describe_exit(code: int | None) -> str:
