@@ -76,7 +76,8 @@ class SimBackend:
         self._inbox: list[tuple[bool, object]] = []  # (is a submit, the request or the id to cancel)
         self._queued = 0  # submits in the inbox, for stats()
         self._stopping = False
-        self._wake = threading.Event()  # set only by close(): ends a sleep early
+        self._asleep = threading.Lock()  # held until close(): the engine thread sleeps by waiting for it
+        self._asleep.acquire()
         self._thread: threading.Thread | None = None
         self._stats: BackendStats | None = None
         self._failure: str | None = None
@@ -135,7 +136,8 @@ class SimBackend:
         with self._cond:
             self._stopping = True
             self._cond.notify()
-        self._wake.set()
+        if self._asleep.locked():
+            self._asleep.release()  # ends a sleep at once
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
 
@@ -168,7 +170,7 @@ class SimBackend:
                 self._stats = engine.stats(result.step_ms / speedup)
                 deadline = start + result.step_ms / speedup / 1e3
                 remaining = deadline - time.perf_counter()
-                if remaining > 0 and self._wake.wait(remaining):
+                if remaining > 0 and self._asleep.acquire(timeout=remaining):
                     return  # closing
             else:
                 self._stats = engine.stats(self._stats.iteration_latency_ms)
@@ -178,6 +180,8 @@ class SimBackend:
     def _take_inbox(self, wait: bool) -> list | None:
         """What came in since the last step; with `wait` (the last step ran nothing), waits for something first.
         None: closing."""
+        if not (wait or self._inbox or self._stopping):
+            return []  # nothing came in: no need for the lock
         with self._cond:
             if wait:
                 self._cond.wait_for(lambda: self._inbox or self._stopping)

@@ -45,38 +45,35 @@ def try_admit(sequence: Sequence, pool: BlockPool, limits: BatchLimits) -> bool:
     pool.reserve(fresh)
     sequence.blocks = list(hit)
     sequence.reserve_left = fresh
-    sequence.computed = sequence.cached = len(hit) * tpb
+    sequence.computed = sequence.cached = sequence.length = sequence.capacity = len(hit) * tpb
+    sequence.admitted = True
     return True
 
 
-def admit(waiting: list[Sequence], running: list[Sequence], pool: BlockPool, limits: BatchLimits) -> list[Sequence]:
-    """Move sequences from the head of `waiting` (kept best first) into `running`; returns those admitted."""
+def admit(waiting: list[Sequence], running: int, pool: BlockPool, limits: BatchLimits) -> list[Sequence]:
+    """Take sequences from the head of `waiting` (kept best first) while the batch, now `running` long, has room
+    and their blocks are free; returns them, in order."""
     admitted = 0
-    while admitted < len(waiting) and len(running) < limits.max_batch_size:
-        sequence = waiting[admitted]
-        if not try_admit(sequence, pool, limits):
+    while admitted < len(waiting) and running + admitted < limits.max_batch_size:
+        if not try_admit(waiting[admitted], pool, limits):
             break
-        running.append(sequence)
         admitted += 1
     taken = waiting[:admitted]
     del waiting[:admitted]
     return taken
 
 
-def schedule(running: list[Sequence], limits: BatchLimits) -> tuple[list[Sequence], list[tuple[Sequence, int]]]:
-    """The next step: (the decoding sequences, one token each; the prefill chunks as (sequence, new tokens))."""
-    decoding = [sequence for sequence in running if not sequence.prefilling]
-    budget = limits.max_num_tokens - len(decoding)
+def schedule(decode_rows: int, prefilling: list[Sequence], limits: BatchLimits) -> list[tuple[Sequence, int]]:
+    """The next step's prefill chunks, as (sequence, new prompt tokens), after `decode_rows` decode tokens."""
+    budget = limits.max_num_tokens - decode_rows
     chunks = []
-    for sequence in running:
+    for sequence in prefilling:
         if budget <= 0:
             break
-        if not sequence.prefilling:
-            continue
         left = len(sequence.prompt) - sequence.computed
         size = min(left, budget)
         if size < left and size >= limits.tokens_per_block:
             size -= size % limits.tokens_per_block
         chunks.append((sequence, size))
         budget -= size
-    return decoding, chunks
+    return chunks

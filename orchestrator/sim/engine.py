@@ -50,7 +50,8 @@ class SimEngine:
         self.corpus = corpus
         self.natural_length = natural_length
         self.waiting: list[Sequence] = []  # best first
-        self.running: list[Sequence] = []  # in admission order
+        self.prefilling: list[Sequence] = []  # admitted, prompt not all in the KV cache yet; in admission order
+        self.decoding: list[Sequence] = []  # generating one token per step
         self._by_id: dict[str, Sequence] = {}
         self._pending: list[TokenDelta] = []  # final deltas of cancelled requests, sent with the next step
         self._arrivals = 0
@@ -101,94 +102,115 @@ class SimEngine:
         sequence = self._by_id.pop(request_id, None)
         if sequence is None:
             return
-        if sequence in self.running:
-            self.running.remove(sequence)
+        if not sequence.admitted:
+            self.waiting.remove(sequence)
+        elif sequence.prefilling:
+            self.prefilling.remove(sequence)
             self._free(sequence)
         else:
-            self.waiting.remove(sequence)
+            self.decoding.remove(sequence)
+            self._free(sequence)
         self._pending.append(TokenDelta(request_id, finish=FinishReason.CANCELLED))
 
     @property
+    def running(self) -> int:
+        return len(self.prefilling) + len(self.decoding)
+
+    @property
     def busy(self) -> bool:
-        return bool(self.running or self.waiting or self._pending)
+        return bool(self.decoding or self.prefilling or self.waiting or self._pending)
 
     # -- one step -------------------------------------------------------------------------------------
     def step(self) -> StepResult:
         result = StepResult(0.0, self._pending)
         self._pending = []
-        admit(self.waiting, self.running, self.pool, self.batch)
-        decoding, chunks = schedule(self.running, self.batch)
-        if not decoding and not chunks:
+        self.prefilling += admit(self.waiting, self.running, self.pool, self.batch)
+        rows = self.decoding
+        chunks = schedule(len(rows), self.prefilling, self.batch)
+        if not rows and not chunks:
             return result
-        kv_tokens = sum(sequence.length for sequence in decoding)
-        result.step_ms = self.coefficients.step_ms(len(decoding), kv_tokens, [(n, s.computed) for s, n in chunks])
+        kv_tokens = sum(sequence.length for sequence in rows)
+        result.step_ms = self.coefficients.step_ms(len(rows), kv_tokens, [(n, s.computed) for s, n in chunks])
         result.scheduled = True
         self.iterations += 1
         self.last_step_ms = result.step_ms
-        finished = []
-        for sequence in decoding:
-            self._generate(sequence, result.deltas, finished)
-        for sequence, size in chunks:
-            self._prefill(sequence, size)
-            if not sequence.prefilling:
-                self._generate(sequence, result.deltas, finished)
+        deltas, finished = result.deltas, []
+        for sequence in rows:
+            self._emit(sequence, deltas, finished)
+        prefilled = [sequence for sequence, size in chunks if self._prefill(sequence, size)]
+        for sequence in prefilled:
+            self._emit(sequence, deltas, finished)
+        if prefilled:
+            self.prefilling = [sequence for sequence in self.prefilling if sequence.prefilling]
+            rows += [sequence for sequence in prefilled if not sequence.done]
         if finished:
             for sequence in finished:
                 del self._by_id[sequence.id]
                 self._free(sequence)
-            done = set(map(id, finished))
-            self.running = [sequence for sequence in self.running if id(sequence) not in done]
+            self.decoding = [sequence for sequence in rows if not sequence.done]
         return result
 
-    def _prefill(self, sequence: Sequence, size: int) -> None:
+    def _prefill(self, sequence: Sequence, size: int) -> bool:
+        """Move a chunk of the prompt into the KV cache; True when that completes the prompt."""
         tpb, pool = self.batch.tokens_per_block, self.pool
         before = sequence.computed
         sequence.computed += size
+        sequence.length += size
         self._grow(sequence)
         for index in range(before // tpb, min(sequence.computed // tpb, len(sequence.hashes))):
             pool.register(sequence.blocks[index], sequence.hashes[index])
+        return sequence.computed == len(sequence.prompt)
 
     def _grow(self, sequence: Sequence) -> None:
         tpb, pool, blocks = self.batch.tokens_per_block, self.pool, sequence.blocks
-        while len(blocks) * tpb < sequence.length:
+        while sequence.capacity < sequence.length:
             blocks.append(pool.allocate())
+            sequence.capacity += tpb
             sequence.reserve_left -= 1
 
-    def _generate(self, sequence: Sequence, deltas: list[TokenDelta], finished: list[Sequence]) -> None:
+    def _emit(self, sequence: Sequence, deltas: list[TokenDelta], finished: list[Sequence]) -> None:
+        """One token of one sequence (the hot path: one call per decoding sequence per step)."""
         token, finish = sequence.next_token(self.corpus)
-        delta = TokenDelta(sequence.id, [] if token is None else [token], finish)
-        if token is not None and sequence.length > len(sequence.blocks) * self.batch.tokens_per_block:
-            self._grow(sequence)
+        if token is None:
+            delta = TokenDelta(sequence.id, [], finish)
+        else:
+            delta = TokenDelta(sequence.id, [token], finish)
+            if sequence.length > sequence.capacity:
+                self._grow(sequence)
+        if sequence.extras:
+            self._extras(sequence, token, delta)
+        deltas.append(delta)
+        if finish is not None:
+            sequence.done = True
+            finished.append(sequence)
+
+    def _extras(self, sequence: Sequence, token: int | None, delta: TokenDelta) -> None:
+        """The cached prompt tokens, on a sequence's first delta; log probabilities, where asked."""
         request = sequence.request
-        if request.logprobs:
-            self._logprobs(sequence, token, delta)
         if not sequence.reported_cached:
             delta.cached_tokens = sequence.cached
             sequence.reported_cached = True
-        deltas.append(delta)
-        if finish is not None:
-            finished.append(sequence)
-
-    def _logprobs(self, sequence: Sequence, token: int | None, delta: TokenDelta) -> None:
+        sequence.extras = request.logprobs
+        if not request.logprobs:
+            return
         if token is None:
-            delta.logprobs, delta.top_logprobs = [], ([] if sequence.request.top_logprobs else None)
+            delta.logprobs, delta.top_logprobs = [], ([] if request.top_logprobs else None)
             return
         logprob = sequence.logprob(token)
         delta.logprobs = [logprob]
-        count = sequence.request.top_logprobs
-        if count:
-            delta.top_logprobs = [sequence.top_logprobs(token, logprob, count, self.corpus)]
+        if request.top_logprobs:
+            delta.top_logprobs = [sequence.top_logprobs(token, logprob, request.top_logprobs, self.corpus)]
 
     def _free(self, sequence: Sequence) -> None:
         self.pool.release(sequence.blocks)
         self.pool.unreserve(sequence.reserve_left)
-        sequence.blocks, sequence.reserve_left = [], 0
+        sequence.blocks, sequence.reserve_left, sequence.capacity = [], 0, 0
 
     # -- what it reports ---------------------------------------------------------------------------------
     def stats(self, step_latency_ms: float | None = None) -> BackendStats:
         pool = self.pool
         return BackendStats(
-            running=len(self.running),
+            running=self.running,
             waiting=len(self.waiting),
             kv_blocks_total=pool.total,
             kv_blocks_free=pool.free,

@@ -47,24 +47,9 @@ def natural_end(request: EngineRequest, natural_length: int) -> int | None:
 
 class Sequence:
     __slots__ = (
-        "blocks",
-        "cached",
-        "computed",
-        "cursor",
-        "end_at",
-        "generated",
-        "hashes",
-        "id",
-        "max_new",
-        "min_tokens",
-        "order",
-        "priority",
-        "prompt",
-        "reported_cached",
-        "request",
-        "reserve_left",
-        "salt",
-        "stops",
+        "admitted", "blocks", "cached", "capacity", "computed", "cursor", "done", "end_at", "extras",
+        "generated", "hashes", "id", "length", "max_new", "min_tokens", "order", "priority", "prompt",
+        "reported_cached", "request", "reserve_left", "salt", "stops",
     )
 
     def __init__(self, request: EngineRequest, order: int, corpus_len: int, max_seq_len: int, natural_length: int):
@@ -82,15 +67,15 @@ class Sequence:
         self.computed = 0  # prompt tokens in the KV cache: reused from the prefix cache or prefilled
         self.cached = 0  # of those, reused from the prefix cache
         self.generated = 0
+        self.length = 0  # tokens it holds in the KV cache: computed + generated
         self.blocks: list[int] = []
+        self.capacity = 0  # tokens its blocks hold
         self.hashes: list[int] = []  # content hashes of the prompt's full blocks
         self.reserve_left = 0  # blocks reserved at admission and not yet allocated
+        self.admitted = False
+        self.done = False
         self.reported_cached = False
-
-    @property
-    def length(self) -> int:
-        """Tokens this sequence holds in the KV cache."""
-        return self.computed + self.generated
+        self.extras = True  # its next delta carries more than a token: the cached count (once), log probabilities
 
     @property
     def prefilling(self) -> bool:
@@ -113,6 +98,7 @@ class Sequence:
                 if token not in self.stops:
                     break
         self.generated = done + 1
+        self.length += 1
         return token, FinishReason.LENGTH if self.generated >= self.max_new else None
 
     def logprob(self, token: int) -> float:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shutil
 from pathlib import Path
 
 import pytest
 
 from build_scripts.cli import build_command
-from orchestrator.engine.manifest import Limits
+from orchestrator.engine.manifest import Limits, load_manifest
 from orchestrator.engine.request import EngineRequest, SamplingParams, TokenDelta
 from orchestrator.sim.engine import SimEngine
 from orchestrator.sim.step_time import CALIBRATED
@@ -80,6 +81,21 @@ def sim_engine_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def build_output(sim_engine_dir) -> str:
     return (sim_engine_dir / "build.log").read_text()
+
+
+def real_engine_folder(sim_folder: Path, target: Path) -> Path:
+    """An hf engine folder that passes discovery (manifest, tokenizer, files present) but is never loaded: the
+    servers and functions that get it refuse to serve it beside sim engines before any load."""
+    target.mkdir(parents=True)
+    manifest = load_manifest(sim_folder).model_copy(
+        update={"name": target.name, "backend": "hf", "format": "hf-safetensors", "simulation": None}
+    )
+    (target / "engine.json").write_text(manifest.to_json())
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        shutil.copyfile(sim_folder / name, target / name)
+    (target / "config.json").write_text("{}")
+    (target / "model.safetensors").write_bytes(b"")
+    return target
 
 
 def build_fast(engines: Path, name: str, *options: str) -> Path:

@@ -15,8 +15,7 @@ from orchestrator.scheduler.ledger import HostProbe, MemoryLedger
 from orchestrator.scheduler.registry import Engine
 from orchestrator.sim.device import MixedEngines, SimulatedDevice, simulated_device
 from orchestrator.sim.gpus import GPUS
-from tests.conftest import ENGINES
-from tests.sim.conftest import build_fast
+from tests.sim.conftest import build_fast, real_engine_folder
 
 GIB = 2**30
 
@@ -61,10 +60,7 @@ def test_the_simulated_device_is_chosen_only_when_every_engine_is_simulated(sim_
     sim = engine(sim_engine_dir)
     device = simulated_device({"a": sim, "b": engine(sim_engine_dir, "b")})
     assert device.name == "sim:h100-sxm" and device.total_bytes == GPUS["h100-sxm"].memory_bytes
-    hf_folder = ENGINES / "smollm2-135m"
-    if not (hf_folder / "engine.json").is_file():
-        pytest.skip("the embedded default engine is not built (INFERNO_TEST_ENGINES_DIR)")
-    hf = engine(hf_folder)
+    hf = engine(real_engine_folder(sim_engine_dir, tmp_path / "smollm2-135m"))
     assert simulated_device({"smollm2-135m": hf}) is None
     with pytest.raises(MixedEngines, match=r"sim engines \(a\) and real engines \(smollm2-135m\) cannot be served"):
         simulated_device({"a": sim, "smollm2-135m": hf})

@@ -10,7 +10,8 @@ import urllib.request
 import openai
 import pytest
 
-from tests.conftest import ENGINES, copy_engine, scrape, start_server
+from tests.conftest import scrape, start_server
+from tests.sim.conftest import real_engine_folder
 
 pytestmark = pytest.mark.e2e
 HI = [{"role": "user", "content": "Say hello."}]
@@ -79,10 +80,7 @@ def test_metrics_and_admin_say_it_is_simulated(server, client):
 
 
 def test_sim_and_real_engines_are_not_served_together(fast_engine_dir, tmp_path):
-    default = ENGINES / "smollm2-135m"
-    if not (default / "engine.json").is_file():
-        pytest.skip("the embedded default engine is not built (INFERNO_TEST_ENGINES_DIR)")
-    copy_engine(default, tmp_path, "smollm2-135m")
+    real_engine_folder(fast_engine_dir, tmp_path / "smollm2-135m")
     shutil.copytree(fast_engine_dir, tmp_path / "sim-fast")
     with pytest.raises(RuntimeError, match=r"cannot serve these engines together: sim engines \(sim-fast\) and real"):
         start_server(tmp_path, tmp_path / "server.log", timeout_s=60)
