@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 
 from orchestrator.backends.protocol import BackendSettings, BackendStats, EngineOutputs, LoadReport
 from orchestrator.engine.request import EngineRequest, TokenDelta
-from orchestrator.errors import EngineDead
+from orchestrator.errors import EngineDead, ModelUnavailable
 from orchestrator.sim.corpus import corpus_tokens
 from orchestrator.sim.engine import SimEngine
 from orchestrator.sim.memory import device_bytes, kv_token_capacity
@@ -44,8 +44,12 @@ def preload() -> None:
 
 
 def create(settings: BackendSettings) -> SimBackend:
-    if settings.manifest.simulation is None:
-        raise ValueError(f"{settings.engine_dir}: the manifest has no simulation facts; rebuild the engine")
+    """The backend for a sim engine folder; refuses a capacity policy it does not simulate."""
+    if settings.capacity_policy != "guaranteed_no_evict":
+        raise ModelUnavailable(
+            f"the sim backend simulates TensorRT-LLM's guaranteed_no_evict capacity policy only, and the server "
+            f"asks for {settings.capacity_policy} (--worker.capacity-policy)"
+        )
     return SimBackend(settings, load_sim_spec(settings.engine_dir))
 
 

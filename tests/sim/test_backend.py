@@ -16,7 +16,7 @@ from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.backends.sim import THREAD_NAME
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
-from orchestrator.errors import UnsupportedParameter
+from orchestrator.errors import ModelUnavailable, UnsupportedParameter
 from orchestrator.sim.corpus import CORPUS
 from orchestrator.sim.memory import device_bytes
 from orchestrator.sim.spec import load_sim_spec
@@ -170,3 +170,10 @@ async def test_a_small_byte_budget_gives_a_small_cache_and_the_capacity_override
     assert report.kv_blocks == 10
     with pytest.raises(ValueError, match="holds no whole block"):
         create_backend(settings(fast_engine_dir, kv_cache_bytes=per_block - 1))
+
+
+def test_only_the_capacity_policy_it_simulates_is_accepted(fast_engine_dir):
+    manifest = load_manifest(fast_engine_dir)
+    asked = BackendSettings(fast_engine_dir, manifest, 10**9, capacity_policy="max_utilization")
+    with pytest.raises(ModelUnavailable, match="guaranteed_no_evict capacity policy only"):
+        create_backend(asked)
