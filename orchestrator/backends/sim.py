@@ -133,7 +133,12 @@ class SimBackend:
             self._cond.notify()
 
     def stats(self) -> BackendStats:
+        """The state the engine thread published after its latest step, plus the submits it has not taken yet."""
         stats = self._stats
+        if stats is None:  # not started
+            kv = self._settings.manifest.kv_cache
+            blocks = self.kv_tokens // kv.tokens_per_block
+            return BackendStats(0, self._queued, blocks, blocks, 0, kv.tokens_per_block, 0)
         return replace(stats, waiting=stats.waiting + self._queued)
 
     async def close(self) -> None:

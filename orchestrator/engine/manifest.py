@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 MANIFEST_FILE = "engine.json"
 SCHEMA_VERSION = 1
@@ -95,6 +95,14 @@ class SimulationFacts(_Frozen):
     speedup: float = Field(1.0, gt=0)  # simulated time runs this many times faster than the GPU's
     tokenizer: Literal["model", "stand-in"]  # the model's own tokenizer, or a stand-in with other token ids
     tokenizer_source: str  # where the tokenizer files came from
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, gpu: str) -> str:
+        from orchestrator.sim.gpus import find_gpu
+
+        find_gpu(gpu)  # ValueError naming the GPUs this version simulates
+        return gpu
 
 
 class BuildInfo(_Frozen):

@@ -10,7 +10,7 @@ import pytest
 from build_scripts.catalog import load_catalog
 from build_scripts.catalog_view import render_catalog
 from build_scripts.cli import _parser
-from orchestrator.engine.manifest import load_manifest
+from orchestrator.engine.manifest import EngineRefused, load_manifest
 from orchestrator.sim.spec import load_sim_spec
 from orchestrator.sim.step_time import CALIBRATED
 from tests.sim.conftest import SIM_MODEL, build, build_fast
@@ -123,3 +123,20 @@ def test_build_help_lists_the_simulator_options():
     text = " ".join(_parser({}).format_help().split())
     for flag in ("--sim-gpu", "--sim-speedup", "--sim-param NAME=VALUE", "fp8 (default) or bf16", "natural_length"):
         assert flag in text
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda data: data["simulation"].update(gpu="a100"), "simulation.gpu: Value error, no simulated GPU named 'a100'"),
+        (lambda data: data.update(simulation=None), "a sim engine, and only a sim engine, states its simulation facts"),
+    ],
+)
+def test_a_sim_manifest_that_does_not_add_up_is_refused(sim_engine_dir, tmp_path, change, message):
+    folder = tmp_path / sim_engine_dir.name
+    shutil.copytree(sim_engine_dir, folder)
+    data = json.loads((folder / "engine.json").read_text())
+    change(data)
+    (folder / "engine.json").write_text(json.dumps(data))
+    with pytest.raises(EngineRefused, match=message):
+        load_manifest(folder)
