@@ -144,8 +144,8 @@ class MemoryLedger:
         entry = self._entries[model]
         if measured:
             log.info(
-                "%s: measured %.0f MiB on %s (estimated %.0f MiB)",
-                model, measured / 2**20, self.probe.name, entry.footprint / 2**20,
+                "%s: %s %.0f MiB on %s (estimated %.0f MiB)", model, "reported" if device_bytes else "measured",
+                measured / 2**20, self.probe.name, entry.footprint / 2**20,
             )
             entry.footprint, entry.measured = measured, True
             self._measured[model] = measured
