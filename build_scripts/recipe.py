@@ -2,8 +2,9 @@
 
 A recipe says what to build and how: the source checkpoint, the target (backend, artifact format, dtype,
 GPU architecture), how to convert and which quantisations are allowed, the build limits, the
-parallelism, the TensorRT-LLM plugin choices and the KV cache geometry. Everything is frozen; the
-planner turns a recipe plus the user's options into concrete steps.
+parallelism, the TensorRT-LLM plugin choices, the KV cache geometry and the model's shape. Everything is
+frozen; the planner turns a recipe plus the user's options into concrete steps. Simulated engines (backend
+"sim") are not written as recipes: every TensorRT-LLM recipe with a [shape] has one (sim_recipes.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.engine.manifest import EngineFormat, GenerationDefaults, Limits
+from orchestrator.sim.memory import ModelShape
 
 Dtype = Literal["float32", "float16", "bfloat16"]
 QuantName = Literal["fp8"]  # the values `--quant` takes; a recipe lists the ones it allows
@@ -22,8 +24,8 @@ ARCH_PATTERN = r"^(sm\d{2,3}|any)$"
 FP8_MIN_SM = 89  # FP8 tensor cores: Ada (sm89), Hopper (sm90) and later
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 
-DEFAULT_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine"}
-DEFAULT_ARCH = {"hf": "any", "trtllm": "sm90"}
+DEFAULT_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine", "sim": "sim-config"}
+DEFAULT_ARCH = {"hf": "any", "trtllm": "sm90", "sim": "any"}
 
 
 class _Frozen(BaseModel):
@@ -49,7 +51,7 @@ class Source(_Frozen):
 
 
 class Target(_Frozen):
-    backend: Literal["hf", "trtllm"]
+    backend: Literal["hf", "trtllm", "sim"]
     format: EngineFormat | None = None  # default: hf-safetensors for hf, trt-engine for trtllm
     dtype: Dtype
     arch: str | None = Field(None, pattern=ARCH_PATTERN)  # default: "any" for hf, "sm90" for trtllm
@@ -136,10 +138,16 @@ class Recipe(_Frozen):
     plugins: Plugins = Plugins()
     kv_cache: KvCache
     generation_defaults: GenerationDefaults = GenerationDefaults()
+    # The model's dimensions: what a simulated engine of it is sized by. Left out of dumps (and so of the build
+    # fingerprints of hf and TensorRT engines, which it does not change); sim builds fingerprint it themselves.
+    shape: ModelShape | None = Field(None, exclude=True)
 
     @model_validator(mode="after")
     def _fits_backend(self) -> Recipe:
-        if self.target.backend == "hf":
+        if self.target.backend == "sim":
+            if self.shape is None or self.convert is not None:
+                raise ValueError("a sim recipe states the model's [shape] and converts nothing")
+        elif self.target.backend == "hf":
             if self.quantization or self.parallel.tp_choices != (1,) or self.parallel.pp_size != 1:
                 raise ValueError("hf engines run on one device without quantisation")
             if self.convert is not None:

@@ -13,6 +13,7 @@ REQUIRED_TRTLLM = "1.2.1"  # the version the planner's flags were checked agains
 TRTLLM_LINE = "1.2."  # any 1.2.x release has the TensorRT engine path and these flags
 TRTLLM_CONTAINER = f"nvcr.io/nvidia/tensorrt-llm/release:{REQUIRED_TRTLLM}"
 DISK_MARGIN = 1.25  # temporary files and the log on top of the estimate
+SIM_DISK_BYTES = 50 * 10**6  # a tokenizer and two JSON files
 ARCH_NAMES = {"sm80": "Ampere (A100)", "sm86": "Ampere", "sm89": "Ada (L4, L40S)", "sm90": "Hopper (H100, H200)",
               "sm100": "Blackwell (B200)", "sm120": "Blackwell"}
 
@@ -32,6 +33,8 @@ def arch_name(arch: str) -> str:
 
 def requirements(spec: BuildSpec) -> Requirements:
     weights = int(spec.recipe.parameters * spec.weight_bytes_per_param)
+    if spec.recipe.target.backend == "sim":  # the weights are simulated: nothing of them is on disk or a GPU
+        return Requirements(0, "any", SIM_DISK_BYTES, 0, "tokenizers (transformers and gguf for a stand-in tokenizer)")
     if spec.recipe.target.backend == "hf":
         return Requirements(0, "any", int(weights * DISK_MARGIN), weights, "torch, transformers (pip install -e '.[hf]')")
     # A converted (or quantised) TensorRT-LLM checkpoint and the engine built from it exist together at the end.

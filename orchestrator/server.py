@@ -14,6 +14,7 @@ from orchestrator.api.app import build_app
 from orchestrator.api.state import STATE
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import discover
+from orchestrator.sim.device import MixedEngines
 
 log = logging.getLogger("inferno")
 
@@ -24,7 +25,11 @@ async def serve(config: ServerConfig) -> int:
         problems = "; ".join(str(e) for e in catalogue.refused.values()) or f"no engine folders in {config.engines_dir}"
         log.error("nothing to serve: %s. Build one with: make build-engine MODEL=smollm2-135m", problems)
         return 2
-    app = build_app(config, catalogue)
+    try:
+        app = build_app(config, catalogue)
+    except MixedEngines as exc:
+        log.error("cannot serve these engines together: %s", exc)
+        return 2
     runner = web.AppRunner(
         app,
         handler_cancellation=True,  # a client that goes away cancels its handler, and so its engine requests

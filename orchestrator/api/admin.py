@@ -7,13 +7,21 @@ from dataclasses import asdict
 from aiohttp import web
 
 from orchestrator.api.state import STATE
+from orchestrator.scheduler.observe import ModelSnapshot
+
+
+def _model(model: ModelSnapshot, engines: dict) -> dict:
+    """A model's snapshot, and what it simulates when it is a sim engine."""
+    simulation = engines[model.name].manifest.simulation
+    return {**asdict(model), "simulated": simulation is not None, "simulation": simulation and simulation.model_dump()}
 
 
 def _describe(http: web.Request) -> dict:
-    scheduler = http.app[STATE].scheduler
+    state = http.app[STATE]
+    scheduler = state.scheduler
     ledger = scheduler.ledger
     return {
-        "models": [asdict(model) for model in scheduler.snapshot()],
+        "models": [_model(model, state.catalogue.engines) for model in scheduler.snapshot()],
         "devices": [asdict(device) for device in scheduler.device_memory()],
         "ledger": {
             "device": ledger.probe.name,

@@ -32,6 +32,7 @@ from orchestrator.metrics.http_metrics import http_metrics_middleware
 from orchestrator.metrics.registry import new_registry
 from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.metrics.scheduler_events import SchedulerMetrics
+from orchestrator.metrics.simulation import register_simulation_info
 from orchestrator.scheduler.observe import ModelSnapshot
 from orchestrator.scheduler.scheduler import Scheduler
 from orchestrator.worker.handle import WorkerSource
@@ -61,6 +62,8 @@ def _model_card(model: ModelSnapshot, manifest: EngineManifest) -> dict:
         "max_model_len": manifest.limits.max_seq_len,
         "backend": model.backend,
         "state": model.state,
+        "simulated": manifest.simulation is not None,  # a sim engine: GPU rates without a GPU, synthetic text
+        **({"simulation": manifest.simulation.model_dump()} if manifest.simulation else {}),
     }
 
 
@@ -128,6 +131,7 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
     scheduler = Scheduler(config, catalogue, workers, events=SchedulerMetrics(registry, catalogue.engines))
     engine_collector = EngineCollector(scheduler)
     registry.register(engine_collector)
+    register_simulation_info(registry, catalogue.engines)
     app = web.Application(
         middlewares=[http_metrics_middleware(registry), errors_middleware, auth_middleware(config.auth)],
         client_max_size=64 * 2**20,

@@ -12,6 +12,7 @@ from orchestrator.engine.manifest import EngineManifest
 _MODULES = {
     "hf": "orchestrator.backends.hf",
     "trtllm": "orchestrator.backends.trtllm",
+    "sim": "orchestrator.backends.sim",
 }
 
 
@@ -48,6 +49,10 @@ class Features:
 _FEATURES = {
     "hf": Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True),
     "trtllm": Features(penalties=True, logprobs=True, top_logprobs=False, logit_bias=True, min_p=True),
+    # Synthetic text: log probabilities are synthetic but deterministic (orchestrator/sim/sequence.py); logit_bias
+    # and penalties have no meaning for it and are refused. top_p, top_k and min_p are accepted and change
+    # nothing: the simulator's text does not come from a distribution.
+    "sim": Features(penalties=False, logprobs=True, top_logprobs=True, logit_bias=False, min_p=True),
 }
 _TRTLLM_WITH_LOGITS = Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True)
 _NO_GENERATION_LOGITS = (

@@ -52,6 +52,9 @@ class LoadReport:
     kv_blocks: int
     tokens_per_block: int
     max_batch_size: int
+    # What the model holds on its device, where the backend knows it better than a measurement of the worker
+    # process can (a simulated GPU: weights + KV cache + runtime overhead). The memory ledger prefers it.
+    device_bytes: int | None = None
 
 
 @dataclass(frozen=True)

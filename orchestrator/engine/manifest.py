@@ -13,17 +13,21 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 MANIFEST_FILE = "engine.json"
 SCHEMA_VERSION = 1
-Backend = Literal["hf", "trtllm"]
+Backend = Literal["hf", "trtllm", "sim"]
 # What the folder holds. hf: safetensors weights for transformers; trtllm: TensorRT engines (rank*.engine)
-# for the Executor. A later TensorRT-LLM target, a prepared checkpoint for the LLM API's PyTorch backend,
-# would be one more value here (see docs/building.md).
-EngineFormat = Literal["hf-safetensors", "trt-engine"]
-IMPLIED_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine"}
-BACKEND_FORMATS: dict[str, tuple[EngineFormat, ...]] = {"hf": ("hf-safetensors",), "trtllm": ("trt-engine",)}
+# for the Executor; sim: a simulated engine's parameters (sim.json), no weights. A later TensorRT-LLM target,
+# a prepared checkpoint for the LLM API's PyTorch backend, would be one more value here (see docs/building.md).
+EngineFormat = Literal["hf-safetensors", "trt-engine", "sim-config"]
+IMPLIED_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine", "sim": "sim-config"}
+BACKEND_FORMATS: dict[str, tuple[EngineFormat, ...]] = {
+    "hf": ("hf-safetensors",),
+    "trtllm": ("trt-engine",),
+    "sim": ("sim-config",),
+}
 
 
 class _Frozen(BaseModel):
@@ -81,6 +85,26 @@ class GenerationDefaults(_Frozen):
     top_k: int = Field(0, ge=0)
 
 
+class SimulationFacts(_Frozen):
+    """A simulated engine (backend "sim"): what it stands for. Its sizes elsewhere in the manifest (weights_bytes,
+    kv_cache) are the simulated GPU's; its step-time parameters are in the folder's sim.json."""
+
+    gpu: str  # the simulated GPU, e.g. "h100-sxm" (orchestrator/sim/gpus.py)
+    gpu_count: int = Field(1, ge=1)  # GPUs the engine spans (its tensor-parallel size)
+    precision: Literal["fp8", "bf16"]  # weights and KV cache
+    speedup: float = Field(1.0, gt=0)  # simulated time runs this many times faster than the GPU's
+    tokenizer: Literal["model", "stand-in"]  # the model's own tokenizer, or a stand-in with other token ids
+    tokenizer_source: str  # where the tokenizer files came from
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, gpu: str) -> str:
+        from orchestrator.sim.gpus import find_gpu
+
+        find_gpu(gpu)  # ValueError naming the GPUs this version simulates
+        return gpu
+
+
 class BuildInfo(_Frozen):
     fingerprint: str  # digest of every build input: recipe, checkpoint identity, tool versions, target
     built_at: str  # ISO 8601, UTC
@@ -109,6 +133,7 @@ class EngineManifest(_Frozen):
     generation_defaults: GenerationDefaults = GenerationDefaults()
     generation_logits: bool = False  # trtllm: built to return each step's logits (needed for top_logprobs)
     build: BuildInfo
+    simulation: SimulationFacts | None = None  # backend "sim" only
 
     @property
     def engine_format(self) -> EngineFormat:
@@ -118,6 +143,8 @@ class EngineManifest(_Frozen):
     def _format_fits_backend(self) -> EngineManifest:
         if self.engine_format not in BACKEND_FORMATS[self.backend]:
             raise ValueError(f"the {self.backend} backend cannot serve the {self.engine_format} format")
+        if (self.backend == "sim") != (self.simulation is not None):
+            raise ValueError("a sim engine, and only a sim engine, states its simulation facts")
         return self
 
     def to_json(self) -> str:
@@ -142,6 +169,8 @@ def required_files(manifest: EngineManifest) -> list[str]:
     files = ["tokenizer.json"]
     if manifest.engine_format == "hf-safetensors":
         files += ["config.json", "model.safetensors"]
+    elif manifest.engine_format == "sim-config":
+        files += ["sim.json"]
     else:
         files += ["config.json"] + [f"rank{rank}.engine" for rank in range(manifest.parallel.world_size)]
     return files

@@ -2,7 +2,8 @@
 
 A model's footprint is estimated from its manifest (weights + KV cache budget + runtime overhead) until it
 has been loaded once; then it is measured (the worker's GPU memory through NVML, or its resident memory on
-the CPU) and the measurement replaces the estimate, for this load and the next ones.
+the CPU) and the measurement replaces the estimate, for this load and the next ones. A worker on a simulated
+GPU (orchestrator/sim/device.py) reports what it holds there instead, and that report is taken as is.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import psutil
 
@@ -30,6 +31,13 @@ class DeviceProbe(Protocol):
     def read(self) -> DeviceReading: ...
 
     def process_bytes(self, pid: int) -> int | None: ...  # memory a process tree holds on this device
+
+
+@runtime_checkable
+class ReportedDevice(Protocol):
+    """A device whose memory use is what the workers report (a simulated GPU), not something measured."""
+
+    def hold(self, pid: int, nbytes: int) -> None: ...
 
 
 class HostProbe:
@@ -127,14 +135,17 @@ class MemoryLedger:
     def reserve_for(self, model: str, estimate: int) -> None:
         self._entries[model] = _Entry(estimate, measured=False)
 
-    def commit(self, model: str, pid: int, fallback: int | None = None) -> int:
-        """After a load: measure the worker and make that the model's footprint."""
-        measured = self.probe.process_bytes(pid) or fallback
+    def commit(self, model: str, pid: int, fallback: int | None = None, device_bytes: int | None = None) -> int:
+        """After a load: measure the worker and make that the model's footprint. `device_bytes`, what the worker
+        reported holding on the device (LoadReport.device_bytes), is preferred to a measurement."""
+        if device_bytes is not None and isinstance(self.probe, ReportedDevice):
+            self.probe.hold(pid, device_bytes)
+        measured = device_bytes or self.probe.process_bytes(pid) or fallback
         entry = self._entries[model]
         if measured:
             log.info(
-                "%s: measured %.0f MiB on %s (estimated %.0f MiB)",
-                model, measured / 2**20, self.probe.name, entry.footprint / 2**20,
+                "%s: %s %.0f MiB on %s (estimated %.0f MiB)", model, "reported" if device_bytes else "measured",
+                measured / 2**20, self.probe.name, entry.footprint / 2**20,
             )
             entry.footprint, entry.measured = measured, True
             self._measured[model] = measured

