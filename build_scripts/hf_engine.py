@@ -127,6 +127,7 @@ def write_manifest(ctx: BuildContext) -> None:
         ),
         weights_bytes=sum(p.stat().st_size for p in folder.glob("*.safetensors")),
         generation_defaults=recipe.generation_defaults,
+        chat=recipe.chat,
         build=build_info(ctx),
     )
     (folder / MANIFEST_FILE).write_text(manifest.to_json())

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from orchestrator.engine.manifest import EngineFormat, GenerationDefaults, Limits
+from orchestrator.engine.manifest import ChatFormat, EngineFormat, GenerationDefaults, Limits
 from orchestrator.sim.memory import ModelShape
 
 Dtype = Literal["float32", "float16", "bfloat16"]
@@ -138,9 +138,18 @@ class Recipe(_Frozen):
     plugins: Plugins = Plugins()
     kv_cache: KvCache
     generation_defaults: GenerationDefaults = GenerationDefaults()
+    chat: ChatFormat = ChatFormat()  # how the family writes tool calls and thinking
     # The model's dimensions: what a simulated engine of it is sized by. Left out of dumps (and so of the build
     # fingerprints of hf and TensorRT engines, which it does not change); sim builds fingerprint it themselves.
     shape: ModelShape | None = Field(None, exclude=True)
+
+    @model_serializer(mode="wrap")
+    def _without_default_chat(self, handler):
+        """A recipe that says nothing of tool calls or thinking dumps (and fingerprints) as before [chat] existed."""
+        data = handler(self)
+        if self.chat == ChatFormat():
+            data.pop("chat", None)
+        return data
 
     @model_validator(mode="after")
     def _fits_backend(self) -> Recipe:

@@ -145,6 +145,7 @@ def write_engine(ctx: BuildContext, build: SimBuild) -> None:
         ),
         weights_bytes=build.weights_bytes,
         generation_defaults=recipe.generation_defaults,
+        chat=recipe.chat,
         build=build_info(ctx),
         simulation=SimulationFacts(
             gpu=build.gpu.name,

@@ -87,6 +87,7 @@ def write_manifest(ctx: BuildContext) -> None:
         ),
         weights_bytes=sum(path.stat().st_size for path in folder.glob("rank*.engine")),
         generation_defaults=recipe.generation_defaults,
+        chat=recipe.chat,
         build=build_info(ctx),
     )
     (folder / MANIFEST_FILE).write_text(manifest.to_json())

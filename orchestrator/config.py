@@ -70,6 +70,13 @@ class MemoryConfig(_Section):
     gpu_index: int = Field(0, ge=0, description="the GPU models are placed on")
 
 
+class StructuredConfig(_Section):
+    """Structured outputs and tool calls: every grammar is compiled once before admission, with a time limit."""
+
+    compile_timeout_s: float = Field(10.0, gt=0, description="refuse a grammar that takes longer to compile (400)")
+    cache_entries: int = Field(4096, ge=1, description="grammar check outcomes remembered, by content")
+
+
 class AuthConfig(_Section):
     api_keys: tuple[str, ...] = Field((), description="bearer keys accepted on /v1 (default: open)")
     admin_key: str | None = Field(None, description="bearer key for /admin (default: open unless api_keys are set)")
@@ -99,6 +106,7 @@ class ServerConfig(BaseSettings):
     scheduling: SchedulingConfig = SchedulingConfig()
     memory: MemoryConfig = MemoryConfig()
     auth: AuthConfig = AuthConfig()
+    structured: StructuredConfig = StructuredConfig()
 
 
 def load_config(argv: list[str] | None = None) -> ServerConfig:

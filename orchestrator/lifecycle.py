@@ -10,6 +10,7 @@ from enum import IntEnum
 
 from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta
 from orchestrator.errors import InfernoError, from_wire
+from orchestrator.structured.guide import Guide
 
 
 class RequestStatus(IntEnum):
@@ -35,6 +36,17 @@ class Choice:
     finish: FinishReason | None = None
     error: InfernoError | None = None
     logprobs: list | None = None  # every token's [text, log probability, alternatives], for a whole response
+    reasoning: str = ""  # the thinking so far, for a whole response
+    tool_calls: list[dict] = field(default_factory=list)  # whole calls (id, type, function), for a whole response
+
+    def add_tool_call_deltas(self, deltas: list[dict]) -> None:
+        """Join streamed tool-call entries into whole calls: a new index opens a call, the rest are arguments."""
+        for delta in deltas:
+            index, function = delta["index"], delta.get("function", {})
+            if index == len(self.tool_calls):
+                self.tool_calls.append({"id": delta["id"], "type": "function",
+                                        "function": {"name": function.get("name", ""), "arguments": ""}})
+            self.tool_calls[index]["function"]["arguments"] += function.get("arguments", "")
 
 
 @dataclass
@@ -45,6 +57,7 @@ class InferenceRequest:
     choices: list[Choice]
     stream: bool
     echo: str | None = None  # the prompt's text, when the response begins with it (completions' echo)
+    guide: Guide | None = None  # the grammar every choice follows, checked before the request is admitted
     cached_tokens: int | None = None  # prompt tokens the engine served from its prefix cache, where it says
     arrived: float = field(default_factory=time.monotonic)
     started: float | None = None
@@ -78,10 +91,15 @@ class InferenceRequest:
             choice.completion_tokens += delta.num_tokens
         if delta.cached_tokens is not None:
             self.cached_tokens = max(self.cached_tokens or 0, delta.cached_tokens)
-        if delta.logprobs is not None and not self.stream:
-            if choice.logprobs is None:
-                choice.logprobs = []
-            choice.logprobs.extend(delta.logprobs)
+        if not self.stream:
+            if delta.logprobs is not None:
+                if choice.logprobs is None:
+                    choice.logprobs = []
+                choice.logprobs.extend(delta.logprobs)
+            if delta.reasoning:
+                choice.reasoning += delta.reasoning
+            if delta.tool_calls:
+                choice.add_tool_call_deltas(delta.tool_calls)
         if delta.finish is not None:
             choice.finish = delta.finish
             if delta.error is not None:

@@ -35,6 +35,7 @@ from orchestrator.metrics.scheduler_events import SchedulerMetrics
 from orchestrator.metrics.simulation import register_simulation_info
 from orchestrator.scheduler.observe import ModelSnapshot
 from orchestrator.scheduler.scheduler import Scheduler
+from orchestrator.structured.checker import GrammarChecker
 from orchestrator.worker.handle import WorkerSource
 from orchestrator.worker.pool import WorkerPool
 
@@ -136,7 +137,9 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
         middlewares=[http_metrics_middleware(registry), errors_middleware, auth_middleware(config.auth)],
         client_max_size=64 * 2**20,
     )
-    app[STATE] = AppState(config, catalogue, scheduler, registry, RequestMetrics(registry), engine_collector)
+    grammar = GrammarChecker(time_limit_s=config.structured.compile_timeout_s,
+                             cache_entries=config.structured.cache_entries)
+    app[STATE] = AppState(config, catalogue, scheduler, registry, RequestMetrics(registry), engine_collector, grammar)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/tokenize", tokenize)
@@ -161,6 +164,7 @@ async def _scheduler_lifetime(app: web.Application):
     yield
     state.initial_loads.cancel()
     await state.scheduler.stop(state.config.drain_timeout_s)
+    await state.grammar.close()
 
 
 async def _drain_on_shutdown(app: web.Application) -> None:

@@ -8,12 +8,16 @@ from __future__ import annotations
 import secrets
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from orchestrator.backends import features_of
 from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import EngineRequest, SamplingParams
 from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
 from orchestrator.lifecycle import Choice, InferenceRequest
+
+if TYPE_CHECKING:
+    from orchestrator.api.output_plan import OutputPlan
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ def build_inference_request(
     engine: Engine,
     fields: SamplingFields,
     prompt: list[int],
+    plan: OutputPlan,
     *,
     max_tokens: int | None,
     max_tokens_param: str,
@@ -154,10 +159,14 @@ def build_inference_request(
                 priority=priority,
                 logprobs=fields.logprobs,
                 top_logprobs=fields.top_logprobs,
+                guide=plan.guide,
+                tool_calls=plan.tool_calls,
+                reasoning=plan.reasoning,
             ),
         )
         for i in range(n)
     ]
     return InferenceRequest(
-        id=request_id, model=engine.name, prompt_tokens=len(prompt), choices=choices, stream=stream, echo=echo
+        id=request_id, model=engine.name, prompt_tokens=len(prompt), choices=choices, stream=stream, echo=echo,
+        guide=plan.guide,
     )

@@ -44,6 +44,9 @@ async def serve_generation(
     fmt = Format(fmt.object_name, fmt.chunk_name, fmt.chat, f"fp_{engine.manifest.build.fingerprint.split(':')[-1][:12]}")
     http_status = 200
     try:
+        if request.guide is not None:  # a grammar that does not compile never reaches an engine
+            eos = engine.manifest.tokenizer.eos_token_ids
+            await state.grammar.check(engine.folder, request.guide, stop_token_ids=eos)
         async with state.scheduler.lease(request, priority) as worker:
             for choice in request.choices:
                 worker.submit(choice.engine_request, request.deliver)
@@ -102,11 +105,12 @@ async def _stream(
                 out += sse(error_body(choice.error)) + DONE
                 await response.write(out)
                 return response
-            if delta.text or delta.finish is not None or delta.logprobs:
+            if delta.text or delta.finish is not None or delta.logprobs or delta.reasoning or delta.tool_calls:
                 chunk = fmt.chunk(
                     request, created, choice.index, delta.text, delta.finish, include_usage=include_usage,
                     continuous_usage=continuous_usage, logprobs=delta.logprobs, offset=offsets[choice.index],
-                    alternatives=choice.engine_request.top_logprobs,
+                    alternatives=choice.engine_request.top_logprobs, reasoning=delta.reasoning,
+                    tool_calls=delta.tool_calls,
                 )
                 offsets[choice.index] += len(delta.text)
                 out += sse(chunk)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from orchestrator.engine.request import FinishReason
 from orchestrator.lifecycle import Choice, InferenceRequest
 
-OPENAI_FINISH = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
+OPENAI_FINISH = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length", FinishReason.TOOL_CALLS: "tool_calls"}
 
 
 def _alternative(text: str, logprob: float) -> dict:
@@ -85,7 +85,12 @@ class Format:
     def _final_choice(self, choice: Choice, text: str) -> dict:
         reason = OPENAI_FINISH.get(choice.finish)
         if self.chat:
-            message = {"role": "assistant", "content": text, "refusal": None}
+            message = {"role": "assistant", "content": text if text or not choice.tool_calls else None,
+                       "refusal": None}
+            if choice.tool_calls:
+                message["tool_calls"] = choice.tool_calls
+            if choice.reasoning:  # clients read one or the other
+                message["reasoning_content"] = message["reasoning"] = choice.reasoning
             return {"index": choice.index, "message": message, "logprobs": chat_logprobs(choice.logprobs),
                     "finish_reason": reason}
         logprobs = text_logprobs(choice.logprobs, 0, choice.engine_request.top_logprobs)
@@ -105,6 +110,8 @@ class Format:
         logprobs: list | None = None,
         offset: int = 0,
         alternatives: int = 0,
+        reasoning: str | None = None,
+        tool_calls: list | None = None,
     ) -> dict:
         body = self._envelope(request, self.chunk_name, created)
         reason = OPENAI_FINISH.get(finish)
@@ -112,6 +119,10 @@ class Format:
             delta: dict = {"role": "assistant", "content": ""} if role else {}
             if text:
                 delta["content"] = text
+            if reasoning:
+                delta["reasoning_content"] = delta["reasoning"] = reasoning
+            if tool_calls:
+                delta["tool_calls"] = tool_calls
             choice = {"index": index, "delta": delta, "logprobs": chat_logprobs(logprobs), "finish_reason": reason}
         else:
             choice = {"index": index, "text": text or "", "logprobs": text_logprobs(logprobs, offset, alternatives),

@@ -13,6 +13,7 @@ from orchestrator.engine.catalogue import Catalogue
 from orchestrator.metrics.engine_collector import EngineCollector
 from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.scheduler.scheduler import Scheduler
+from orchestrator.structured.checker import GrammarChecker
 
 
 @dataclass
@@ -23,6 +24,7 @@ class AppState:
     registry: CollectorRegistry
     request_metrics: RequestMetrics
     engine_collector: EngineCollector
+    grammar: GrammarChecker  # compiles every output constraint before its request is admitted
     initial_loads: asyncio.Task | None = None  # the scheduler's start, begun with the app
 
 

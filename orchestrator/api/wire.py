@@ -11,13 +11,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.api.engine_requests import SamplingFields, build_inference_request, check_supported
+from orchestrator.api.output_plan import OutputPlan
 from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import INT32_MAX, LIMITS
 from orchestrator.errors import InvalidRequest, UnsupportedParameter
 from orchestrator.lifecycle import InferenceRequest
+from orchestrator.structured.guide import (
+    guide_from_response_format,
+    guide_from_structured_outputs,
+    single_guide,
+)
+from orchestrator.structured.tool_formats import tool_format
+from orchestrator.structured.tool_grammar import tool_call_guide
+from orchestrator.structured.tool_prompt import prompt_messages, template_supports_tools
+from orchestrator.structured.tools import ToolChoice, ToolDefinition, plan_tools
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
@@ -46,15 +56,44 @@ class TextPart(_Wire):
     text: str
 
 
-class ChatMessage(_Wire):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
-    name: str | None = None
+class CalledFunction(_Wire):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it back
 
-    def as_template_input(self) -> dict[str, str]:
-        content = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
-        role = "system" if self.role == "developer" else self.role
-        return {"role": role, "content": content}
+
+class AssistantToolCall(_Wire):
+    id: str
+    type: Literal["function"]
+    function: CalledFunction
+
+
+class ChatMessage(_Wire):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[AssistantToolCall] | None = None  # an assistant turn that called tools
+    tool_call_id: str | None = None  # a tool turn: the call it answers
+    reasoning_content: str | None = None  # an assistant turn's thinking, as reasoning models' clients send it back
+
+    @model_validator(mode="after")
+    def _fits_role(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs content")
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        if (self.role == "tool") != (self.tool_call_id is not None):
+            raise ValueError("a tool message, and only a tool message, names the tool_call_id it answers")
+        return self
+
+    def as_template_input(self) -> dict:
+        content = self.content if not isinstance(self.content, list) else "".join(p.text for p in self.content)
+        message = {"role": "system" if self.role == "developer" else self.role, "content": content}
+        if self.tool_calls is not None:
+            message["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+        for extra in ("tool_call_id", "name", "reasoning_content"):
+            if getattr(self, extra) is not None:
+                message[extra] = getattr(self, extra)
+        return message
 
 
 class _GenerationRequest(_Wire):
@@ -88,6 +127,8 @@ class _GenerationRequest(_Wire):
     user: str | None = None
     service_tier: str | None = None  # "flex" runs as batch priority, "priority" as interactive
     nvext: NvExt | None = None
+    response_format: dict[str, Any] | None = None  # text | json_object | json_schema (structured/guide.py)
+    structured_outputs: dict[str, Any] | None = None  # vLLM's: json | regex | choice | grammar | json_object
 
     @property
     def include_usage(self) -> bool:
@@ -103,7 +144,7 @@ class _GenerationRequest(_Wire):
     def max_tokens_param(self) -> str:
         return "max_tokens"
 
-    def prompt_ids(self, engine: Engine) -> list[int]:
+    def prompt_ids(self, engine: Engine, plan: OutputPlan) -> list[int]:
         raise NotImplementedError
 
     def wants_logprobs(self) -> bool:
@@ -123,6 +164,12 @@ class _GenerationRequest(_Wire):
         if top is not None and inner is not None and top != inner:
             raise InvalidRequest(f"{name} and nvext.{name} disagree ({top!r} and {inner!r})", param=f"nvext.{name}")
         return top if top is not None else inner
+
+    def output_plan(self, engine: Engine) -> OutputPlan:
+        """The output constraint and parsing this request asks for (a chat request adds its tools)."""
+        guide = single_guide(guide_from_response_format(self.response_format),
+                             guide_from_structured_outputs(self.structured_outputs))
+        return OutputPlan.for_model(engine.manifest.chat, guide, None, chat=False)
 
     def sampling_fields(self) -> SamplingFields:
         return SamplingFields(
@@ -149,9 +196,11 @@ class _GenerationRequest(_Wire):
         """The checked, engine-ready request; raises InvalidRequest (400) naming what is wrong."""
         fields = self.sampling_fields()
         check_supported(fields, engine)
-        prompt = self.prompt_ids(engine)
+        plan = self.output_plan(engine)
+        plan.check_compatible(fields)
+        prompt = self.prompt_ids(engine, plan)
         return build_inference_request(
-            engine, fields, prompt,
+            engine, fields, prompt, plan,
             max_tokens=self.requested_max_tokens(), max_tokens_param=self.max_tokens_param(),
             prompt_param=self.PROMPT_PARAM, n=self.n, stream=self.stream, id_prefix=id_prefix, priority=priority,
             echo=self.echo_text(engine, prompt),
@@ -164,9 +213,8 @@ class ChatCompletionRequest(_GenerationRequest):
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=LIMITS.top_logprobs)] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    tools: list[Any] | None = None
-    tool_choice: Any = None
-    response_format: dict[str, Any] | None = None
+    tools: list[ToolDefinition] | None = None
+    tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
 
     PROMPT_PARAM: ClassVar[str] = "messages"
@@ -195,16 +243,22 @@ class ChatCompletionRequest(_GenerationRequest):
     def max_tokens_param(self) -> str:
         return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
 
-    def to_inference_request(self, engine: Engine, id_prefix: str, priority: int = 0) -> InferenceRequest:
-        if self.tools or self.tool_choice not in (None, "none"):
-            raise UnsupportedParameter("tool calling is not supported by this server", param="tools")
-        if self.response_format and self.response_format.get("type") != "text":
-            raise UnsupportedParameter("only response_format type 'text' is supported", param="response_format")
-        return super().to_inference_request(engine, id_prefix, priority)
+    def output_plan(self, engine: Engine) -> OutputPlan:
+        tools = plan_tools(self.tools, self.tool_choice, self.parallel_tool_calls)
+        fmt = tool_format(engine.manifest.chat.tool_call_format)
+        guide = single_guide(
+            guide_from_response_format(self.response_format),
+            guide_from_structured_outputs(self.structured_outputs),
+            tool_call_guide(tools, fmt) if tools is not None else None,
+        )
+        return OutputPlan.for_model(engine.manifest.chat, guide, tools, chat=True)
 
-    def prompt_ids(self, engine: Engine) -> list[int]:
+    def prompt_ids(self, engine: Engine, plan: OutputPlan) -> list[int]:
         messages = [m.as_template_input() for m in self.messages]
-        return engine.prompts.encode_chat(messages, self.chat_template_kwargs or {})
+        fmt = tool_format(engine.manifest.chat.tool_call_format)
+        shaped = prompt_messages(messages, plan.tools, fmt,
+                                 template_reads_tools=template_supports_tools(engine.prompts.chat_template))
+        return engine.prompts.encode_chat(shaped.messages, self.chat_template_kwargs or {}, tools=shaped.tools)
 
 
 class CompletionRequest(_GenerationRequest):
@@ -236,7 +290,7 @@ class CompletionRequest(_GenerationRequest):
             raise UnsupportedParameter("best_of other than n is not supported by this server", param="best_of")
         return super().to_inference_request(engine, id_prefix, priority)
 
-    def prompt_ids(self, engine: Engine) -> list[int]:
+    def prompt_ids(self, engine: Engine, plan: OutputPlan) -> list[int]:
         prompt = self.prompt
         if isinstance(prompt, list) and isinstance(prompt[0], int):
             vocab = engine.prompts.tokenizer.get_vocab_size(with_added_tokens=True)
@@ -260,7 +314,8 @@ def _field_names(*models: type[BaseModel]) -> frozenset[str]:
     return frozenset(name for model in models for name in model.model_fields)
 
 
-_FIELD_NAMES = _field_names(ChatCompletionRequest, CompletionRequest, ChatMessage, TextPart, StreamOptions, NvExt)
+_FIELD_NAMES = _field_names(ChatCompletionRequest, CompletionRequest, ChatMessage, TextPart, StreamOptions, NvExt,
+                            AssistantToolCall, CalledFunction, ToolDefinition)
 
 
 def field_path(loc: tuple) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 from orchestrator.backends.protocol import (
     BackendSettings,
@@ -78,12 +79,13 @@ class _StepRouter:
 class _Live:
     """What the backend keeps per running request."""
 
-    __slots__ = ("eos", "logprobs", "sent")
+    __slots__ = ("compiling", "eos", "logprobs", "sent")
 
     def __init__(self, eos: frozenset[int], logprobs: bool):
         self.eos = eos  # the tokens that end this request (end tokens unless ignored, plus its stop tokens)
         self.logprobs = logprobs
         self.sent = 0  # generated tokens already delivered
+        self.compiling: asyncio.Task | None = None  # its grammar compiling, before it joins the batch
 
 
 class HfBackend:
@@ -95,6 +97,8 @@ class HfBackend:
         self._outputs: EngineOutputs | None = None
         self._live: dict[str, _Live] = {}
         self._logprobs = None  # hf_sampling.LogprobRecords of the manager's processors
+        self._grammars = None  # structured.matcher.GrammarCache, made with the first constrained request
+        self._grammar_lock = threading.Lock()
         self._dead = False
         self._kv_blocks = 0
 
@@ -172,8 +176,6 @@ class HfBackend:
             raise EngineError(f"the engine failed its warm-up request: {deltas[-1].error}")
 
     def submit(self, request: EngineRequest) -> None:
-        from orchestrator.backends.hf_sampling import processor_kwargs
-
         if self._dead or not self._manager.is_running():
             self._die("the generation loop is not running")
             raise EngineDead("the hf engine's generation loop has stopped")
@@ -181,13 +183,49 @@ class HfBackend:
         self._live[request.id] = _Live(eos, request.logprobs)
         if request.logprobs:
             self._logprobs.open(request.id)
+        if request.guide is None:
+            self._add(request, eos)
+        else:  # its grammar compiles off the event loop (cached after the first time), then it joins the batch
+            live = self._live[request.id]
+            live.compiling = asyncio.get_running_loop().create_task(self._add_guided(request, eos, live))
+
+    async def _add_guided(self, request: EngineRequest, eos: frozenset[int], live: _Live) -> None:
+        try:
+            state = await asyncio.to_thread(self._grammar_state, request.guide)
+        except Exception as exc:
+            if self._forget(request.id) is not None:
+                error = EngineError(f"the request's grammar did not compile in the engine: {exc}")
+                self._outputs.step([TokenDelta(request.id, finish=FinishReason.ERROR, error=error)])
+            return
+        if self._live.get(request.id) is live:  # not cancelled meanwhile
+            live.compiling = None
+            try:
+                self._add(request, eos, state)
+            except EngineDead as exc:
+                self._outputs.step([TokenDelta(request.id, finish=FinishReason.ERROR, error=exc)])
+
+    def _grammar_state(self, guide):
+        """A new grammar state for `guide` (on a worker thread: the first compile of a grammar takes a while)."""
+        from orchestrator.structured.matcher import GrammarCache, GuidedBatchMasker
+        from orchestrator.structured.vocabulary import load_vocabulary
+
+        with self._grammar_lock:
+            if self._grammars is None:
+                vocabulary = load_vocabulary(self._settings.engine_dir, stop_token_ids=tuple(sorted(self._eos)))
+                self._grammars = GrammarCache(vocabulary)
+                self._manager.logit_processor.logits_processor[0].masker = GuidedBatchMasker(vocabulary.size)
+        return self._grammars.new_state(guide)
+
+    def _add(self, request: EngineRequest, eos: frozenset[int], guide_state=None) -> None:
+        from orchestrator.backends.hf_sampling import processor_kwargs
+
         accepted = self._manager.add_request(
             list(request.prompt_ids),
             request_id=request.id,
             max_new_tokens=request.max_new_tokens,
             streaming=True,
             eos_token_id=sorted(eos) or -1,
-            **processor_kwargs(request, eos),
+            **processor_kwargs(request, eos, guide_state),
         )
         if accepted is None:
             self._forget(request.id)

@@ -101,6 +101,29 @@ class _PerRequestRows(ContinuousBatchingLogitsProcessor):
         raise NotImplementedError
 
 
+class GuidedMask(_PerRequestRows):
+    """First in line: each constrained request's grammar (structured/matcher.py) accepts the tokens produced
+    since the last step and masks every token it forbids. Rows without a grammar are untouched."""
+
+    kwargs = {"guide_state": object}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.masker = None  # structured.matcher.GuidedBatchMasker, set by the backend with the first grammar
+
+    def row_for(self, request):
+        state = request.state.logit_processor_kwargs.get("guide_state")
+        if state is not None:
+            state.advance(request.state.generated_tokens)
+        return state
+
+    def __call__(self, scores: torch.Tensor, tensor_arg: torch.Tensor) -> torch.Tensor:
+        rows = [(index, state) for index, state in enumerate(self.rows[: scores.size(0)]) if state is not None]
+        if rows:
+            self.masker.apply(scores, rows)
+        return scores
+
+
 class LogitAdjustments(_PerRequestRows):
     """First in line: logit bias, repetition / presence / frequency penalties, and the min_tokens ban on the
     tokens that would end the sequence. Penalties follow vLLM: repetition over prompt and output, presence
@@ -302,18 +325,19 @@ class LogprobRecords:
 
 def sampling_processors() -> ContinuousBatchingLogitsProcessorList:
     """The processor list the backend installs in its manager, in the order sampling needs."""
-    processors = [LogitAdjustments(), TemperatureScaling(), TopKFilter(), TopPFilter(), MinPFilter(), SeededDraw()]
+    processors = [GuidedMask(), LogitAdjustments(), TemperatureScaling(), TopKFilter(), TopPFilter(), MinPFilter(),
+                  SeededDraw()]
     chain = ContinuousBatchingLogitsProcessorList(LogitsProcessorList(processors))
     # The list counts argument rows only for processors it converted itself; these are already per-request.
     chain.tensors_required = len(processors)
     return chain
 
 
-def processor_kwargs(request, end_tokens: frozenset[int]) -> dict:
+def processor_kwargs(request, end_tokens: frozenset[int], guide_state=None) -> dict:
     """add_request keyword arguments for an EngineRequest (neutral values are left out); `end_tokens` are the
-    tokens that would end it, banned before its min_tokens."""
+    tokens that would end it, banned before its min_tokens; `guide_state` its grammar's state, if it has one."""
     sampling = request.sampling
-    kwargs: dict = {}
+    kwargs: dict = {} if guide_state is None else {"guide_state": guide_state}
     if request.min_tokens and end_tokens:
         kwargs.update(min_tokens=int(request.min_tokens), end_tokens=tuple(sorted(end_tokens)))
     if not sampling.greedy:

@@ -14,6 +14,7 @@ from types import ModuleType
 from orchestrator.backends.protocol import BackendSettings
 from orchestrator.backends.trtllm_runtime import Runtime
 from orchestrator.errors import BackendUnavailable, ModelUnavailable
+from orchestrator.structured.vocabulary import load_vocabulary
 
 # The KV cache is sized by the byte budget the server assigns. The fraction is set explicitly, never left to
 # TensorRT-LLM's implicit 0.9: it is only a safety cap on what is free after the engine loads.
@@ -69,6 +70,19 @@ def build_executor_config(trtllm: ModuleType, settings: BackendSettings, runtime
         max_queue_size=limits.max_batch_size * REQUESTS_PER_SLOT,
         parallel_config=_parallel_config(trtllm, settings, runtime),
         gather_generation_logits=settings.manifest.generation_logits,  # for top_logprobs, where built in
+        guided_decoding_config=guided_decoding_config(trtllm, settings),
+    )
+
+
+def guided_decoding_config(trtllm: ModuleType, settings: BackendSettings):
+    """Structured outputs on the engine: xgrammar (the only backend the TensorRT engine runtime accepts) over
+    the model's vocabulary, as the grammar checker compiled every guide before admission (reference §8)."""
+    vocabulary = load_vocabulary(settings.engine_dir, stop_token_ids=settings.manifest.tokenizer.eos_token_ids)
+    return trtllm.GuidedDecodingConfig(
+        trtllm.GuidedDecodingConfig.GuidedDecodingBackend.XGRAMMAR,
+        encoded_vocab=list(vocabulary.encoded),
+        tokenizer_str=vocabulary.tokenizer_json,
+        stop_token_ids=list(vocabulary.stop_token_ids),
     )
 
 

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 
 from orchestrator.engine.manifest import EngineManifest
 from orchestrator.engine.request import EngineRequest
+from orchestrator.structured.guide import Guide
 
 PRIORITY_SCALE = 8.0
 
@@ -94,6 +95,7 @@ class RequestBuilder:
             pad_id=self._pad_id,
             stop_words=self._stops(request) or None,
             embedding_bias=self._embedding_bias(request.sampling.logit_bias),
+            guided_decoding_params=self._guided(request.guide),
             priority=engine_priority(request.priority),
         )
 
@@ -112,6 +114,21 @@ class RequestBuilder:
         for token, value in logit_bias:
             bias[token] = value
         return bias
+
+    def _guided(self, guide: Guide | None):
+        """GuidedDecodingParams for a guide. A structural tag goes as the EBNF grammar it stands for: every 1.2
+        revision read compiles EBNF_GRAMMAR, not every one STRUCTURAL_TAG (the checker compiled both forms)."""
+        if guide is None:
+            return None
+        params = self._trtllm.GuidedDecodingParams
+        guide_type, text = guide.trtllm_guide()
+        if guide_type == "STRUCTURAL_TAG":
+            from orchestrator.structured.lowering import (
+                structural_tag_as_ebnf,  # xgrammar: TensorRT-LLM has it
+            )
+
+            guide_type, text = "EBNF_GRAMMAR", structural_tag_as_ebnf(text)
+        return params(params.GuideType[guide_type], text)
 
     def _sampling(self, request: EngineRequest):
         sampling = request.sampling

@@ -105,6 +105,13 @@ class SimulationFacts(_Frozen):
         return gpu
 
 
+class ChatFormat(_Frozen):
+    """How the model writes tool calls and thinking (the recipe says, per model family)."""
+
+    tool_call_format: Literal["hermes", "llama3_json", "mistral"] | None = None  # None: hermes, taught by a prompt
+    reasoning_format: Literal["deepseek_r1", "qwen3"] | None = None  # None: the model does not think aloud
+
+
 class BuildInfo(_Frozen):
     fingerprint: str  # digest of every build input: recipe, checkpoint identity, tool versions, target
     built_at: str  # ISO 8601, UTC
@@ -132,6 +139,7 @@ class EngineManifest(_Frozen):
     weights_bytes: int = Field(ge=0)
     generation_defaults: GenerationDefaults = GenerationDefaults()
     generation_logits: bool = False  # trtllm: built to return each step's logits (needed for top_logprobs)
+    chat: ChatFormat = ChatFormat()
     build: BuildInfo
     simulation: SimulationFacts | None = None  # backend "sim" only
 

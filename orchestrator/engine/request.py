@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
 from orchestrator.errors import InfernoError, InvalidRequest
+from orchestrator.structured.guide import Guide
 
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -45,6 +46,7 @@ LIMITS = Limits()
 
 class FinishReason(StrEnum):
     STOP = "stop"  # end token, stop token or stop string
+    TOOL_CALLS = "tool_calls"  # the answer is tool calls (the worker's parser found them)
     LENGTH = "length"  # max_tokens, or the engine's sequence limit
     CANCELLED = "cancelled"  # stopped by cancel(): the client went away, or the server ended the request early
     ERROR = "error"  # the engine failed this request
@@ -81,9 +83,14 @@ class EngineRequest:
     priority: int = 0  # higher runs first where the backend supports priorities
     logprobs: bool = False  # return each generated token's log probability
     top_logprobs: int = 0  # and this many most likely alternatives per position
+    guide: Guide | None = None  # the output must follow this grammar (checked before admission)
+    tool_calls: str = ""  # parse tool calls from the text: "" no, "auto" (text or calls), "forced" (calls only)
+    reasoning: bool = False  # split the model's thinking from its answer
 
     def to_wire(self) -> dict:
-        return asdict(self)
+        wire = asdict(self)
+        wire["guide"] = self.guide.to_wire() if self.guide is not None else None
+        return wire
 
     @classmethod
     def from_wire(cls, data: dict) -> EngineRequest:
@@ -102,6 +109,9 @@ class EngineRequest:
             priority=data["priority"],
             logprobs=data.get("logprobs", False),
             top_logprobs=data.get("top_logprobs", 0),
+            guide=Guide.from_wire(data["guide"]) if data.get("guide") else None,
+            tool_calls=data.get("tool_calls", ""),
+            reasoning=data.get("reasoning", False),
         )
 
 
@@ -138,6 +148,9 @@ def check_request(request: EngineRequest, vocab_size: int) -> None:
     for _, bias in s.logit_bias:
         if not -limits.logit_bias <= bias <= limits.logit_bias:
             raise InvalidRequest(f"logit_bias values must lie in [-100, 100] (got {bias!r})", param="logit_bias")
+    if request.guide is not None and (request.ignore_eos or request.min_tokens):
+        raise InvalidRequest("an output constraint ends at its grammar's end: ignore_eos and min_tokens cannot "
+                             "be combined with it", param="ignore_eos" if request.ignore_eos else "min_tokens")
     if any(len(stop) > limits.stop_string_chars for stop in request.stop):
         raise InvalidRequest(f"stop strings are limited to {limits.stop_string_chars} characters", param="stop")
 
@@ -161,24 +174,35 @@ class TokenDelta:
 
 @dataclass(slots=True)
 class TextDelta:
-    """What the worker sends back per request per engine step: new text, ready to stream."""
+    """What the worker sends back per request per engine step: new text, ready to stream.
+
+    On the wire a row is `[request_id, text, num_tokens, finish, error]`, plus a sixth element, a dict of the
+    extras below that are set, only when one is."""
 
     request_id: str
     text: str
     num_tokens: int  # tokens this delta accounts for (text may lag tokens across a split character)
     finish: FinishReason | None = None
     error: dict | None = None  # errors.to_wire() of the failure, with finish=ERROR
-    logprobs: list | None = None  # per token: [token text, log probability, top alternatives?], when asked
-    cached_tokens: int | None = None
+    logprobs: list | None = None  # per token: [token text, log probability, top alternatives], when asked
+    cached_tokens: int | None = None  # prompt tokens the engine served from its prefix cache
+    reasoning: str | None = None  # new thinking text (reasoning models), apart from the answer's text
+    tool_calls: list | None = None  # OpenAI's delta.tool_calls entries: id, type and name once, then arguments
 
     def to_wire(self) -> list:
         row = [self.request_id, self.text, self.num_tokens, self.finish and self.finish.value, self.error]
-        if self.logprobs is None and self.cached_tokens is None:
-            return row
-        return [*row, self.logprobs, self.cached_tokens]
+        extras = {name: value for name in _EXTRAS if (value := getattr(self, name)) is not None}
+        return [*row, extras] if extras else row
 
     @classmethod
     def from_wire(cls, row: list) -> TextDelta:
         rid, text, num_tokens, finish, error, *rest = row
-        logprobs, cached = (rest[0], rest[1]) if rest else (None, None)
-        return cls(rid, text, num_tokens, FinishReason(finish) if finish else None, error, logprobs, cached)
+        delta = cls(rid, text, num_tokens, FinishReason(finish) if finish else None, error)
+        if rest:
+            for name, value in rest[0].items():
+                if name in _EXTRAS:
+                    setattr(delta, name, value)
+        return delta
+
+
+_EXTRAS = ("logprobs", "cached_tokens", "reasoning", "tool_calls")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from orchestrator.scheduler.registry import Engine
+from orchestrator.engine.catalogue import Engine
 
 
 def register_simulation_info(registry: CollectorRegistry, engines: Mapping[str, Engine]) -> None:

@@ -29,11 +29,11 @@ from orchestrator.lifecycle import InferenceRequest, RequestStatus
 from orchestrator.scheduler.admin import AdminOperations
 from orchestrator.scheduler.admission import AdmissionControl
 from orchestrator.scheduler.ledger import DeviceProbe, MemoryLedger, detect_probe
-from orchestrator.sim.device import simulated_device
 from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot, NoEvents, SchedulerEvents
 from orchestrator.scheduler.placement import ModelPlacement
 from orchestrator.scheduler.settings import Priority
 from orchestrator.scheduler.slots import ModelSlot, ModelState, build_slots
+from orchestrator.sim.device import simulated_device
 from orchestrator.worker.handle import WorkerHandle, WorkerSource
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from orchestrator.scheduler.ledger import DeviceReading
 from orchestrator.sim.gpus import SimGpu, find_gpu
 
 if TYPE_CHECKING:
-    from orchestrator.scheduler.registry import Engine
+    from orchestrator.engine.catalogue import Engine
 
 
 class MixedEngines(ValueError):

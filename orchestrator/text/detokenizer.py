@@ -13,9 +13,9 @@ class IncrementalDetokenizer:
     with the token that completes it; tokenizers' DecodeStream holds the partial bytes meanwhile.
     """
 
-    def __init__(self, tokenizer: Tokenizer):
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True):
         self._tokenizer = tokenizer
-        self._stream = DecodeStream(skip_special_tokens=True)
+        self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
 
     def push(self, token_ids: list[int]) -> str:
         if not token_ids:

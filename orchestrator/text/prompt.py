@@ -44,12 +44,15 @@ class PromptEncoder:
         template_kwargs: dict | None = None,
         add_generation_prompt: bool = True,
         add_special_tokens: bool = False,
+        tools: list[dict] | None = None,
     ) -> list[int]:
         if self.chat_template is None:
             raise InvalidRequest(
                 "this model has no chat template: use /v1/completions with a plain prompt", param="messages"
             )
         variables = {**(template_kwargs or {}), **self.special_tokens}
+        if tools is not None:
+            variables["tools"] = tools
         text = render_chat(self.chat_template, messages, variables, add_generation_prompt)
         # The template already wrote every special token the model expects.
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids

@@ -28,9 +28,11 @@ from tokenizers import Tokenizer
 from orchestrator import aio
 from orchestrator.backends import create_backend, preload_backends
 from orchestrator.backends.protocol import Backend, BackendSettings
-from orchestrator.engine.manifest import load_manifest
+from orchestrator.engine.manifest import ChatFormat, load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta, TokenDelta, check_request
 from orchestrator.errors import EngineDead, EngineError, InfernoError, OutOfMemory, to_wire
+from orchestrator.structured.tool_formats import tool_format
+from orchestrator.worker.channels import OutputChannels
 from orchestrator.worker.ipc import Channel, ChannelClosed
 from orchestrator.worker.outputs import SequenceOutput, TokenTexts
 
@@ -55,8 +57,10 @@ class Worker:
     It is the backend's `EngineOutputs`: the backend calls `step` with every request's new tokens of an engine
     step, and the worker turns them into text (detokenising, stop strings) and sends one frame."""
 
-    def __init__(self, channel: Channel, backend: Backend, tokenizer: Tokenizer, vocab_size: int):
+    def __init__(self, channel: Channel, backend: Backend, tokenizer: Tokenizer, vocab_size: int,
+                 chat_format: ChatFormat | None = None):
         self._channel = channel
+        self._chat_format = chat_format or ChatFormat()
         self._backend = backend
         self._tokenizer = tokenizer
         self._texts = TokenTexts(tokenizer)
@@ -102,12 +106,19 @@ class Worker:
             request = EngineRequest.from_wire(wire)
             check_request(request, self._vocab_size)
             self._backend.submit(request)  # delivers nothing before this turn of the event loop ends
-            self._live[request.id] = SequenceOutput(request, self._tokenizer, self._texts)
+            self._live[request.id] = SequenceOutput(request, self._tokenizer, self._texts, self._channels(request))
         except Exception as exc:
             error = exc if isinstance(exc, InfernoError) else EngineError(f"the engine refused the request: {exc}")
             if not isinstance(exc, InfernoError):
                 log.exception("submitting request %s failed", request_id)
             self._send([TextDelta(request_id, "", 0, FinishReason.ERROR, to_wire(error)).to_wire()])
+
+    def _channels(self, request: EngineRequest) -> OutputChannels | None:
+        """Content, thinking and tool calls apart, for requests that ask (others' text is all content)."""
+        if not request.tool_calls and not request.reasoning:
+            return None
+        fmt = tool_format(self._chat_format.tool_call_format)
+        return OutputChannels(request, fmt, self._chat_format.reasoning_format)
 
     def _cancel(self, request_id: str) -> None:
         if request_id in self._live:
@@ -194,7 +205,7 @@ async def main_async(fd: int, preload: tuple[str, ...]) -> int:
             )
         )
         vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-        worker = Worker(channel, backend, tokenizer, vocab_size)
+        worker = Worker(channel, backend, tokenizer, vocab_size, manifest.chat)
         report = await backend.start(worker)
     except Exception as exc:
         error = _classify_load_error(exc)

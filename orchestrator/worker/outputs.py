@@ -11,6 +11,7 @@ from tokenizers import Tokenizer
 from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta, TokenDelta
 from orchestrator.errors import EngineError, to_wire
 from orchestrator.text.detokenizer import IncrementalDetokenizer, StopMatcher
+from orchestrator.worker.channels import OutputChannels
 
 
 class TokenTexts:
@@ -29,15 +30,20 @@ class TokenTexts:
 
 
 class SequenceOutput:
-    """The text of one sequence so far; `stopped` once a stop string ended it."""
+    """The text of one sequence so far; `stopped` once a stop string ended it. With `channels` (requests that
+    parse tool calls or thinking), each step's text is split into content, reasoning and tool calls, and special
+    tokens stay in the text the parsers read (a format's call marker may be one)."""
 
-    __slots__ = ("_detokenizer", "_min_tokens", "_stops", "_texts", "generated", "request_id", "stopped")
+    __slots__ = ("_channels", "_detokenizer", "_min_tokens", "_stops", "_texts", "generated", "request_id",
+                 "stopped")
 
-    def __init__(self, request: EngineRequest, tokenizer: Tokenizer, texts: TokenTexts):
+    def __init__(self, request: EngineRequest, tokenizer: Tokenizer, texts: TokenTexts,
+                 channels: OutputChannels | None = None):
         self.request_id = request.id
         self._texts = texts
-        self._detokenizer = IncrementalDetokenizer(tokenizer)
+        self._detokenizer = IncrementalDetokenizer(tokenizer, skip_special_tokens=channels is None)
         self._stops = StopMatcher(request.stop, include=request.include_stop_str_in_output)
+        self._channels = channels
         self._min_tokens = request.min_tokens
         self.generated = 0
         self.stopped = False
@@ -50,19 +56,31 @@ class SequenceOutput:
         self.generated += count
         armed = self.generated >= self._min_tokens
         text, hit = self._stops.push(self._detokenizer.push(delta.token_ids), armed)
-        logprobs = self._logprobs(delta)
-        if hit:
-            self.stopped = True
-            return TextDelta(self.request_id, text, count, FinishReason.STOP, None, logprobs, delta.cached_tokens)
         if delta.finish is FinishReason.ERROR:
             error = delta.error or EngineError("the engine failed this request")
             return TextDelta(self.request_id, text, count, FinishReason.ERROR, to_wire(error))
-        if delta.finish is not None:
+        finish = FinishReason.STOP if hit else delta.finish
+        if hit:
+            self.stopped = True
+        elif finish is not None:
             text += self._stops.flush()
-            return TextDelta(self.request_id, text, count, delta.finish, None, logprobs, delta.cached_tokens)
-        if not text and not count and delta.cached_tokens is None:
+        out = TextDelta(self.request_id, text, count, finish, None, self._logprobs(delta), delta.cached_tokens)
+        if self._channels is not None:
+            self._split(out)
+        if not (out.text or count or finish or out.cached_tokens is not None or out.reasoning or out.tool_calls):
             return None
-        return TextDelta(self.request_id, text, count, None, None, logprobs, delta.cached_tokens)
+        return out
+
+    def _split(self, out: TextDelta) -> None:
+        parts = self._channels.feed(out.text)
+        if out.finish is not None:
+            rest = self._channels.finish()
+            parts.content += rest.content
+            parts.reasoning += rest.reasoning
+            parts.tool_calls += rest.tool_calls
+            if out.finish is FinishReason.STOP and self._channels.made_calls:
+                out.finish = FinishReason.TOOL_CALLS
+        out.text, out.reasoning, out.tool_calls = parts.content, parts.reasoning or None, parts.tool_calls or None
 
     def _logprobs(self, delta: TokenDelta) -> list | None:
         """Per token: [its text, its log probability, [[alternative's text, log probability], ...]]."""

@@ -80,7 +80,7 @@ class BodyGenerator:
     def mutate(self, body: dict, schema: dict) -> dict:
         properties = list(self._resolve(schema).get("properties", {}))
         target = dict(body)
-        name = self.rng.choice(properties + ["unknown_field"])
+        name = self.rng.choice([*properties, "unknown_field"])
         target[name] = self.hostile()
         return target
 

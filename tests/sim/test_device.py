@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.scheduler.ledger import HostProbe, MemoryLedger
-from orchestrator.scheduler.registry import Engine
 from orchestrator.sim.device import MixedEngines, SimulatedDevice, simulated_device
 from orchestrator.sim.gpus import GPUS
 from tests.sim.conftest import build_fast, real_engine_folder

@@ -16,9 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tensorrt_llm.bindings._guided import GuidedVocabulary
+
 STEP_S = 0.005  # what one engine step (one token for every running request) takes
 FREE_BYTES_AFTER_LOAD = 80 * 2**30  # the GPU memory the double pretends is free once the engine is loaded
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
+
+
+class GrammarFailure(Exception):
+    """A request's grammar failed to compile inside the engine loop."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,7 @@ class Sequence:
     position: int
     bias: dict[int, float] = field(default_factory=dict)  # the embedding_bias's non-zero entries
     logits_vocab: int = 0  # the vocabulary size when generation logits are returned, else 0
+    guided: object = None  # _guided.GuidedChoice: the request's grammar, when it has one
     generated: list[int] = field(default_factory=list)
     logits: list = field(default_factory=list)  # per generated token not yet streamed: its logits row
     probs: list[float] = field(default_factory=list)
@@ -101,7 +108,11 @@ class Sequence:
                 if token != self.end_id:
                     break
         scores = self._scores(token)
-        if self.bias or self.logits_vocab:
+        if self.guided is not None:
+            end = self.end_id if len(self.generated) >= self.min_tokens else None
+            token = self.guided.choose(scores, end)
+            self.guided.accept(token)
+        elif self.bias or self.logits_vocab:
             banned = self.end_id if len(self.generated) < self.min_tokens else None
             token = max((t for t in scores if t != banned), key=lambda t: scores[t])  # first of equals: the prompt's
         if self.logits_vocab:
@@ -150,6 +161,7 @@ class Engine:
         self._stats_kept = config.iter_stats_max_iterations
         self._reuse = config.kv_cache_config.enable_block_reuse
         self._gather_logits = config.gather_generation_logits
+        self._guided = GuidedVocabulary(config.guided_decoding_config) if config.guided_decoding_config else None
         self.max_blocks = self._size_kv_cache(config.kv_cache_config)
         self._cond = threading.Condition()
         self._wake = threading.Event()
@@ -278,6 +290,12 @@ class Engine:
             request_id, request = self._queue.pop(0)
             try:
                 sequence = self._sequence(request_id, request)
+            except GrammarFailure as exc:  # reaches the executor's catch-all: every active request fails
+                error = f"Encountered an error in the guided decoder: {exc}"
+                responses.extend(self._make_response(s.id, error=error) for s in self._active)
+                responses.append(self._make_response(request_id, error=error))
+                self._active = []
+                continue
             except ValueError as exc:
                 error = f"Encountered an error when fetching new request: {exc}"
                 responses.append(self._make_response(request_id, error=error))
@@ -309,6 +327,15 @@ class Engine:
         if wants_logits and not self._gather_logits:
             raise ValueError("generation logits were requested but the executor does not gather them "
                              "(ExecutorConfig.gather_generation_logits)")
+        guided = None
+        params = request.guided_decoding_params
+        if params is not None:
+            if self._guided is None:
+                raise ValueError("guided decoding was requested but the executor has no guided_decoding_config")
+            try:
+                guided = self._guided.matcher(params.guide_type.name, params.guide)
+            except Exception as exc:  # as in the C++ guided decoder: no per-request handling (reference §8)
+                raise GrammarFailure(str(exc)) from exc
         return Sequence(
             id=request_id,
             prompt=prompt,
@@ -323,6 +350,7 @@ class Engine:
             position=0 if greedy else (sampling.seed or 0) % len(prompt),
             bias=bias,
             logits_vocab=self.facts.vocab_size if wants_logits else 0,
+            guided=guided,
         )
 
     def _step(self, responses: list) -> int:

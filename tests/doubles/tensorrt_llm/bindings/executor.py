@@ -59,6 +59,8 @@ __all__ = [
     "Executor",
     "ExecutorConfig",
     "FinishReason",
+    "GuidedDecodingConfig",
+    "GuidedDecodingParams",
     "InflightBatchingStats",
     "IterationStats",
     "KvCacheConfig",
@@ -214,6 +216,24 @@ class ParallelConfig:
         _Field.init(self, **{k: v for k, v in locals().items() if k != "self"})
 
 
+class GuidedDecodingConfig:
+    """Structured outputs for the executor: the grammar backend and the vocabulary it compiles grammars over."""
+
+    class GuidedDecodingBackend(enum.Enum):
+        XGRAMMAR = 0
+        LLGUIDANCE = 1
+
+    __slots__ = ("_backend", "_encoded_vocab", "_stop_token_ids", "_tokenizer_str")
+    backend = _Field(GuidedDecodingBackend)
+    encoded_vocab = _Field(list, optional=True, items=str)
+    tokenizer_str = _Field(str, optional=True)
+    stop_token_ids = _Field(list, optional=True, items=int)
+
+    def __init__(self, backend, encoded_vocab=None, tokenizer_str=None, stop_token_ids=None):
+        _Field.init(self, backend=backend, encoded_vocab=encoded_vocab, tokenizer_str=tokenizer_str,
+                    stop_token_ids=stop_token_ids)
+
+
 class ExecutorConfig:
     """No __slots__: like the real class (nanobind dynamic_attr), it stores any misspelled attribute."""
 
@@ -232,6 +252,7 @@ class ExecutorConfig:
     recv_poll_period_ms = _Field(int)
     max_seq_idle_microseconds = _Field(int)
     gather_generation_logits = _Field(bool)
+    guided_decoding_config = _Field(GuidedDecodingConfig, optional=True)
 
     def __init__(
         self,
@@ -250,6 +271,7 @@ class ExecutorConfig:
         recv_poll_period_ms=0,
         max_seq_idle_microseconds=180_000_000,
         gather_generation_logits=False,
+        guided_decoding_config=None,
     ):
         scheduler_config = SchedulerConfig() if scheduler_config is None else scheduler_config
         kv_cache_config = KvCacheConfig() if kv_cache_config is None else kv_cache_config
@@ -345,10 +367,29 @@ class OutputConfig:
         _Field.init(self, additional_model_outputs=additional_model_outputs, **flags)
 
 
+class GuidedDecodingParams:
+    """One request's guide: its type and text (none for GuideType.JSON, any JSON)."""
+
+    class GuideType(enum.Enum):
+        JSON = 0
+        JSON_SCHEMA = 1
+        REGEX = 2
+        EBNF_GRAMMAR = 3
+        STRUCTURAL_TAG = 4
+
+    __slots__ = ("_guide", "_guide_type")
+    guide_type = _Field(GuideType, readonly=True)
+    guide = _Field(str, optional=True, readonly=True)
+
+    def __init__(self, guide_type, guide=None):
+        _Field.init(self, guide_type=guide_type, guide=guide)
+
+
 class Request:
     """There is no `priority` property (the reference says so): the engine keeps it privately."""
 
-    __slots__ = ("_bad_words", "_client_id", "_embedding_bias", "_end_id", "_input_token_ids", "_max_tokens",
+    __slots__ = ("_bad_words", "_client_id", "_embedding_bias", "_end_id", "_guided_decoding_params",
+                 "_input_token_ids", "_max_tokens",
                  "_num_return_sequences", "_output_config", "_pad_id", "_priority_value",
                  "_return_all_generated_tokens", "_sampling_config", "_stop_words", "_streaming")
     input_token_ids = _Field(list, readonly=True, items=int)
@@ -361,6 +402,7 @@ class Request:
     bad_words = _Field(list, optional=True, items=list)
     stop_words = _Field(list, optional=True, items=list)
     embedding_bias = _Field(object, optional=True)  # a tensor over the vocabulary (torch, float32)
+    guided_decoding_params = _Field(GuidedDecodingParams, optional=True)
     client_id = _Field(int, optional=True)
     return_all_generated_tokens = _Field(bool)
 
@@ -377,6 +419,7 @@ class Request:
         bad_words=None,
         stop_words=None,
         embedding_bias=None,
+        guided_decoding_params=None,
         client_id=None,
         return_all_generated_tokens=False,
         priority=0.5,

@@ -1,0 +1,45 @@
+"""What a request asks of its output beyond sampling: a grammar it must follow, tool calls to parse, thinking to
+split from the answer. Made once in the HTTP process from the wire request and the model's chat format; the
+guide is checked before admission, the rest travels in each EngineRequest to the worker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.api.engine_requests import SamplingFields
+from orchestrator.engine.manifest import ChatFormat
+from orchestrator.errors import InvalidRequest
+from orchestrator.structured.guide import Guide
+from orchestrator.structured.reasoning import after_reasoning
+from orchestrator.structured.tools import ToolPlan
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    guide: Guide | None  # the grammar the output follows (from response_format, structured_outputs or tools)
+    tools: ToolPlan | None  # the request's tools, for the prompt
+    tool_calls: str  # "" (none), "auto" (the model may call), "forced" (it must: required or named)
+    reasoning: bool  # the model thinks aloud first: split the thinking from the answer
+
+    @classmethod
+    def for_model(cls, chat_format: ChatFormat, guide: Guide | None, tools: ToolPlan | None, *, chat: bool
+                  ) -> OutputPlan:
+        reasoning = chat and chat_format.reasoning_format is not None
+        if guide is not None and reasoning:  # the constraint begins after the thinking block
+            guide = after_reasoning(guide, opened_by_prompt=chat_format.reasoning_format == "deepseek_r1")
+        tool_calls = ""
+        if tools is not None and tools.parses_calls:
+            tool_calls = "forced" if tools.forced else "auto"
+        return cls(guide, tools, tool_calls, reasoning)
+
+    def check_compatible(self, fields: SamplingFields) -> None:
+        """A constrained output ends where its grammar ends: ignore_eos and min_tokens would fight it."""
+        if self.guide is None:
+            return
+        for name, asked in (("ignore_eos", fields.ignore_eos), ("min_tokens", fields.min_tokens)):
+            if asked:
+                raise InvalidRequest(
+                    f"{name} cannot be combined with an output constraint ({self.guide.param}): the output ends "
+                    "where the grammar ends",
+                    param=name,
+                )
