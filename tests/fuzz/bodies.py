@@ -15,7 +15,7 @@ from typing import Any
 
 HOSTILE_NUMBERS = (0, -1, 1, 2**31 - 1, 2**31, 2**32, 2**63 - 1, 2**63, 2**64, 10**30, -(2**63) - 1, -(2**31),
                    0.5, -0.0, 1e-300, 1e300, math.inf, -math.inf, math.nan)
-HOSTILE_STRINGS = ("", " ", "\x00", "\ud83d", "😀" * 50, "a" * 5000, "<|im_end|>", "{{ raise }}", "%s%n",
+HOSTILE_STRINGS = ("", " ", "\x00", "\ud83d", "😀" * 50, "a" * 1500, "<|im_end|>", "{{ raise }}", "%s%n",
                    "\n" * 100, "null", "-1")
 
 
