@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from orchestrator.api.engine_requests import SamplingFields, build_inference_request, check_supported
 from orchestrator.api.output_plan import OutputPlan
+from orchestrator.backends import features_of
 from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import INT32_MAX, LIMITS
 from orchestrator.errors import InvalidRequest, UnsupportedParameter
@@ -198,6 +199,12 @@ class _GenerationRequest(_Wire):
         check_supported(fields, engine)
         plan = self.output_plan(engine)
         plan.check_compatible(fields)
+        if plan.guide is not None and not features_of(engine.manifest).guided:
+            raise UnsupportedParameter(
+                f"output constraints ({plan.guide.param}) are not supported by the '{engine.manifest.backend}' "
+                f"backend that serves model '{engine.name}'",
+                param=plan.guide.param,
+            )
         prompt = self.prompt_ids(engine, plan)
         return build_inference_request(
             engine, fields, prompt, plan,

@@ -43,6 +43,7 @@ class Features:
     top_logprobs: bool  # the most likely alternatives too (EngineRequest.top_logprobs)
     logit_bias: bool
     min_p: bool
+    guided: bool = True  # output constraints (structured outputs, forced tool calls) enforced by a grammar
     top_logprobs_note: str = ""  # why top_logprobs is refused, when it depends on how the engine was built
 
 
@@ -52,7 +53,7 @@ _FEATURES = {
     # Synthetic text: log probabilities are synthetic but deterministic (orchestrator/sim/sequence.py); logit_bias
     # and penalties have no meaning for it and are refused. top_p, top_k and min_p are accepted and change
     # nothing: the simulator's text does not come from a distribution.
-    "sim": Features(penalties=False, logprobs=True, top_logprobs=True, logit_bias=False, min_p=True),
+    "sim": Features(penalties=False, logprobs=True, top_logprobs=True, logit_bias=False, min_p=True, guided=False),
 }
 _TRTLLM_WITH_LOGITS = Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True)
 _NO_GENERATION_LOGITS = (
