@@ -46,8 +46,18 @@ INFERNO ?= $(BIN)/inferno
 build-engine: $(if $(filter $(BIN)/inferno,$(INFERNO)),setup)
 	$(INFERNO) build $(MODEL) --engines-dir $(ENGINES_DIR) $(if $(QUANT),--quant $(QUANT)) $(if $(TP),--tp $(TP)) $(BUILD_ARGS)
 
-bench: default-engine
-	$(BIN)/python -m bench $(BENCH_ARGS)
+# matplotlib, for the latency plot next to each result.
+$(VENV)/.bench-installed: pyproject.toml | $(VENV)/.installed
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[hf,test,bench]'
+	touch $@
+
+# The served path against the backend driven in-process, at concurrency 1, 4 and 16 on the embedded default;
+# then two models that do not fit together taking turns (cold loads and swaps). JSON in bench/results/.
+BENCH_ARGS ?=
+bench: default-engine $(VENV)/.bench-installed
+	$(BIN)/inferno bench --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) --concurrency 1,4,16 \
+		--requests 48 --osl 64 --in-process $(BENCH_ARGS)
+	$(BIN)/inferno bench swap --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,4 +1,4 @@
-"""The `inferno` command: serve, build, models catalog."""
+"""The `inferno` command: serve, build, models catalog, bench."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ commands:
   serve             serve every engine under engines/ (inferno serve --help lists the settings)
   build MODEL       build an engine ahead of time (inferno build --help)
   models catalog    list the models that can be built
+  bench             benchmark an OpenAI-compatible server (inferno bench --help)
 """
 
 
@@ -28,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
         from build_scripts.cli import build_command
 
         return build_command(rest)
+    if command == "bench":
+        from orchestrator.bench.cli import bench_command
+
+        return bench_command(rest)
     if command == "models" and rest[:1] == ["catalog"]:
         from build_scripts.cli import catalog_command
 

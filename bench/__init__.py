@@ -1,1 +1,0 @@
-"""`make bench`: Inferno's benchmarks (not tests). Results are JSON under bench/results/."""

@@ -1,0 +1,87 @@
+"""`inferno bench`: parse, run, write the result file and the plot, print the table.
+
+    inferno bench --engines-dir engines --concurrency 1,4,16 --in-process
+    inferno bench --url http://127.0.0.1:8000 --rate 5,10 --duration 60 --slo ttft=0.5,itl=0.05
+    inferno bench --baseline-sse --concurrency 64 --osl 256
+    inferno bench swap --engines-dir engines        (the two-model swap scenario)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import tempfile
+from collections.abc import Coroutine
+from pathlib import Path
+
+from orchestrator import aio
+from orchestrator.bench.options import BenchError, parse_options
+from orchestrator.bench.plot import plot
+from orchestrator.bench.report import table, write
+from orchestrator.bench.run import run_bench
+from orchestrator.bench.targets import TargetError
+
+
+async def stoppable(work: Coroutine):
+    """Run `work` so that SIGTERM cancels it like Ctrl-C does: its `finally` blocks stop the servers it started."""
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+    try:
+        return await work
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _show(row: dict) -> None:
+    (key, value), = row["load"].items()
+    load = {"concurrency": f"c={value}", "rate": f"{value:g}/s"}.get(key, "trace")
+    ttft, itl = row["ttft_s"]["p50"], row["itl_s"]["p50"]
+    print(
+        f"  {row['series']:<10} {load:<8} {row['output_tok_s'] or 0:>9.1f} tok/s  "
+        f"ttft p50 {'-' if ttft is None else f'{ttft * 1000:.1f} ms'}  "
+        f"itl p50 {'-' if itl is None else f'{itl * 1000:.2f} ms'}  errors {row['errors']}",
+        flush=True,
+    )
+
+
+def _print_summary(report: dict, path: Path) -> None:
+    print()
+    print(table(report["rows"]))
+    print("(ttft, itl in ms; e2e in s; client us/chunk: the load generator's CPU per SSE event; "
+          "server us/tok: server CPU per output token)")
+    for ratio in report["ratios"]:
+        (key, value), = ratio["load"].items()
+        print(f"http / {ratio['of']} at {key} {value}: throughput {ratio['output_tok_s']}x, "
+              f"ttft p50 {ratio['ttft_p50']}x, itl p50 {ratio['itl_p50']}x")
+    for note in report["notes"]:
+        print(f"note: {note}")
+    print(f"wrote {path}")
+
+
+def bench_command(argv: list[str]) -> int:
+    if argv[:1] == ["swap"]:
+        from orchestrator.bench.swap import swap_command
+
+        return swap_command(argv[1:])
+    try:
+        options = parse_options(argv)
+        with tempfile.TemporaryDirectory(prefix="inferno-bench-") as workdir:
+            report = aio.run(stoppable(run_bench(options, argv, Path(workdir), _show)))
+    except (BenchError, TargetError) as exc:
+        print(f"inferno bench: error: {exc}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("inferno bench: stopped; no result written", file=sys.stderr)
+        return 130
+    path = write(report, options.out)
+    if options.plot:
+        png = path.with_suffix(".png")
+        note = plot(report["rows"], png)
+        report["plot"] = str(png) if note is None else None
+        if note:
+            report["notes"].append(note)
+        path.write_text(json.dumps(report, indent=2))
+    _print_summary(report, path)
+    return 1 if report["errors"] else 0

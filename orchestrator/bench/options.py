@@ -1,0 +1,172 @@
+"""`inferno bench`'s options: parsed once, checked, frozen. A setting that cannot be honoured is refused
+here with a message naming the flag and the value."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from orchestrator.bench.stats import Slo
+from orchestrator.bench.workload import LengthDist, ModelMix
+
+
+class BenchError(Exception):
+    """A run that cannot go ahead as asked; the message says why and what to change."""
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    url: str | None
+    engines_dir: Path | None
+    models: ModelMix | None  # None: the first model the server lists
+    server_args: tuple[str, ...]
+    server_pid: int | None
+    api_key: str | None
+    tokenizer: Path | None
+    concurrency: tuple[int, ...]
+    rates: tuple[float, ...]
+    requests: int | None
+    duration_s: float | None
+    max_requests: int
+    warmup: int
+    trace: Path | None
+    seed: int
+    timeout_s: float
+    isl: LengthDist
+    osl: LengthDist
+    ignore_eos: bool
+    chat: bool
+    temperature: float
+    slo: Slo
+    exclude_threads: tuple[str, ...]
+    in_process: bool
+    baseline_sse: bool
+    sse_step_ms: float
+    sse_burst: int
+    out: Path
+    plot: bool
+
+    def as_dict(self) -> dict:
+        """Every setting, for the result file."""
+        settings = asdict(self)
+        settings |= {
+            "models": self.models.describe() if self.models else "first listed by the server",
+            "isl": self.isl.describe(), "osl": self.osl.describe(), "slo": self.slo.as_dict(),
+            "endpoint": "chat" if self.chat else "completions",
+            "api_key": "(set)" if self.api_key else None,
+        }
+        return {key: str(value) if isinstance(value, Path) else value for key, value in settings.items()}
+
+
+def _numbers(text: str | None, kind: type, flag: str) -> tuple:
+    if not text:
+        return ()
+    try:
+        values = tuple(kind(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise BenchError(f"{flag}: expected comma-separated numbers (got {text!r})") from exc
+    if any(v <= 0 for v in values):
+        raise BenchError(f"{flag}: every value must be positive (got {text!r})")
+    return values
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="inferno bench", description="Benchmark an OpenAI-compatible server.")
+    target = p.add_argument_group("target (one of --url, --engines-dir, or --baseline-sse alone)")
+    target.add_argument("--url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
+    target.add_argument("--engines-dir", type=Path, help="start an Inferno server on these engines, stop it after")
+    target.add_argument("--model", "--models", dest="models", action="append", default=[], metavar="NAMES",
+                        help="model(s): a,b round-robin or a:3,b:1 weighted (default: the first the server lists)")
+    target.add_argument("--server-args", default="", help="extra `inferno serve` flags, one string")
+    target.add_argument("--server-pid", type=int, help="measure the CPU of this local server process and its children")
+    target.add_argument("--api-key", help="sent as a bearer token")
+    target.add_argument("--tokenizer", type=Path, help="folder with tokenizer.json, for exact prompt lengths with --url")
+    load = p.add_argument_group("load")
+    load.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,16")
+    load.add_argument("--rate", help="open-loop levels in requests per second (Poisson arrivals), e.g. 5,10")
+    load.add_argument("--requests", type=int, help="requests per level (default 32 unless --duration)")
+    load.add_argument("--duration", type=float, help="seconds per level instead of a request count")
+    load.add_argument("--max-requests", type=int, default=2000, help="requests prepared per level with --duration")
+    load.add_argument("--warmup", type=int, default=2, help="requests per model before measuring (not counted)")
+    load.add_argument("--trace", type=Path, help='JSONL replay: {"t": s, "model": name, "isl": n, "osl": n} a line')
+    load.add_argument("--seed", type=int, default=0)
+    load.add_argument("--timeout", type=float, default=600, help="seconds one request may take")
+    lengths = p.add_argument_group("lengths")
+    lengths.add_argument("--isl", type=int, default=128, help="prompt tokens (the mean with --length-dist lognormal)")
+    lengths.add_argument("--osl", type=int, default=128, help="output tokens (the mean with --length-dist lognormal)")
+    lengths.add_argument("--length-dist", choices=("fixed", "lognormal"), default="fixed")
+    lengths.add_argument("--length-sigma", type=float, default=0.6, help="lognormal sigma; lengths clipped to 1..4x mean")
+    lengths.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
+                         help="do not send ignore_eos: outputs may end before --osl")
+    lengths.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    lengths.add_argument("--temperature", type=float, default=0.0)
+    measure = p.add_argument_group("measurement")
+    measure.add_argument("--slo", default="", help="goodput bounds in seconds, e.g. ttft=0.5,itl=0.05")
+    measure.add_argument("--exclude-threads", default="", help="thread names (globs) left out of the server CPU")
+    measure.add_argument("--in-process", action="store_true", help="also drive the backend in-process (needs --engines-dir)")
+    measure.add_argument("--baseline-sse", action="store_true", help="also run the bare aiohttp SSE server")
+    measure.add_argument("--sse-step-ms", type=float, default=0.0, help="bare server: ms between steps (0: flat out)")
+    measure.add_argument("--sse-burst", type=int, default=1, help="bare server: tokens per stream per step")
+    output = p.add_argument_group("output")
+    output.add_argument("--out", type=Path, default=Path("bench/results"))
+    output.add_argument("--no-plot", dest="plot", action="store_false")
+    return p
+
+
+def _check_target(args: argparse.Namespace) -> None:
+    if args.url and args.engines_dir:
+        raise BenchError("give --url or --engines-dir, not both")
+    if not (args.url or args.engines_dir or args.baseline_sse):
+        raise BenchError("give a target: --url URL, --engines-dir DIR, or --baseline-sse")
+    if args.in_process and not args.engines_dir:
+        raise BenchError("--in-process drives the engines itself: give --engines-dir")
+    if args.server_pid is not None and not args.url:
+        raise BenchError("--server-pid is for --url targets (a server the bench starts is measured anyway)")
+    if args.tokenizer is not None and not (args.tokenizer / "tokenizer.json").is_file():
+        raise BenchError(f"--tokenizer {args.tokenizer}: no tokenizer.json there")
+
+
+def _check_load(args: argparse.Namespace, concurrency: tuple, rates: tuple) -> None:
+    if args.requests is not None and args.duration is not None:
+        raise BenchError("give --requests or --duration, not both")
+    if args.trace and (concurrency or rates or args.duration):
+        raise BenchError("--trace sets the arrival times itself: leave out --concurrency, --rate and --duration")
+    for flag, value in (("--requests", args.requests), ("--duration", args.duration), ("--max-requests", args.max_requests)):
+        if value is not None and value <= 0:
+            raise BenchError(f"{flag} must be positive (got {value})")
+    if args.warmup < 0 or args.timeout <= 0 or args.temperature < 0:
+        raise BenchError("--warmup must be >= 0, --timeout > 0 and --temperature >= 0")
+    requests = args.requests or 32
+    if args.duration is None and concurrency and max(concurrency) > requests:
+        raise BenchError(f"--requests {requests} is fewer than --concurrency {max(concurrency)}: the level would never reach it")
+
+
+def parse_options(argv: list[str]) -> BenchOptions:
+    """Raises BenchError (or exits through argparse for unknown flags)."""
+    args = parser().parse_args(argv)
+    _check_target(args)
+    concurrency = _numbers(args.concurrency, int, "--concurrency")
+    rates = _numbers(args.rate, float, "--rate")
+    _check_load(args, concurrency, rates)
+    try:
+        sigma = args.length_sigma if args.length_dist == "lognormal" else 0.0
+        isl, osl = LengthDist(args.isl, sigma), LengthDist(args.osl, sigma)
+        models = ModelMix.parse(args.models) if args.models else None
+        slo = Slo.parse(args.slo)
+    except ValueError as exc:
+        raise BenchError(str(exc)) from exc
+    if args.sse_step_ms < 0 or args.sse_burst < 1:
+        raise BenchError("--sse-step-ms must be >= 0 and --sse-burst >= 1")
+    return BenchOptions(
+        url=args.url, engines_dir=args.engines_dir, models=models, server_args=tuple(shlex.split(args.server_args)),
+        server_pid=args.server_pid, api_key=args.api_key, tokenizer=args.tokenizer,
+        concurrency=concurrency or (() if (rates or args.trace) else (1,)), rates=rates,
+        requests=None if args.duration else (args.requests or 32), duration_s=args.duration,
+        max_requests=args.max_requests, warmup=args.warmup, trace=args.trace, seed=args.seed, timeout_s=args.timeout,
+        isl=isl, osl=osl, ignore_eos=args.ignore_eos, chat=args.endpoint == "chat", temperature=args.temperature,
+        slo=slo, exclude_threads=tuple(p.strip() for p in args.exclude_threads.split(",") if p.strip()),
+        in_process=args.in_process, baseline_sse=args.baseline_sse, sse_step_ms=args.sse_step_ms,
+        sse_burst=args.sse_burst, out=args.out, plot=args.plot,
+    )

@@ -1,0 +1,143 @@
+"""How one request is sent and timed, for each series: over HTTP to an OpenAI-compatible server, or
+straight into a backend in this process. `prepare` does everything that can be done before the clock
+starts (JSON bodies, token ids); `send` only sends and records."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import orjson
+
+from orchestrator.bench.http_client import ConnectionPool, HttpError, request_head
+from orchestrator.bench.inprocess import engine_request, stream_request
+from orchestrator.bench.record import RequestRecord
+from orchestrator.bench.sse import SseCounter
+from orchestrator.bench.workload import RequestSpec
+
+
+class Sender(Protocol):
+    def prepare(self, spec: RequestSpec, prompt: str) -> object: ...
+
+    async def send(self, prepared: object) -> RequestRecord: ...
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """What every request of a run asks for besides its prompt and lengths."""
+
+    chat: bool  # /v1/chat/completions, else /v1/completions
+    ignore_eos: bool  # ask for exactly max_tokens output tokens
+    temperature: float
+
+
+def request_body(spec: RequestSpec, prompt: str, shape: RequestShape) -> dict:
+    """The JSON body of one streaming request."""
+    body: dict = {"model": spec.model}
+    if shape.chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    body |= {
+        "max_tokens": spec.osl,
+        "temperature": shape.temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if shape.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    model: str
+    data: bytes  # the whole request: head and body
+
+
+class HttpSender:
+    """Streams requests over pooled keep-alive connections, one per request in flight."""
+
+    def __init__(self, api_base: str, shape: RequestShape, timeout_s: float, api_key: str | None = None):
+        self.shape = shape
+        self._pool = ConnectionPool(api_base)
+        self._path = urlsplit(api_base).path.rstrip("/") + ("/chat/completions" if shape.chat else "/completions")
+        self._timeout_s = timeout_s
+        self._api_key = api_key
+
+    def prepare(self, spec: RequestSpec, prompt: str) -> HttpRequest:
+        body = orjson.dumps(request_body(spec, prompt, self.shape))
+        return HttpRequest(spec.model, request_head(self._pool.host_header, self._path, len(body), self._api_key) + body)
+
+    async def send(self, request: HttpRequest) -> RequestRecord:
+        record = RequestRecord(request.model, time.perf_counter())
+        counter = SseCounter(record, self.shape.chat)
+        for _ in range(2):  # a second try only for a kept-alive connection the server had closed meanwhile
+            try:
+                connection, reused = await self._pool.acquire()
+            except OSError as exc:
+                record.error = f"cannot connect: {exc}"
+                return record
+            try:
+                status = await connection.post(request.data, counter, self._timeout_s)
+            except HttpError as exc:
+                connection.close()
+                if reused and not connection.received_any:
+                    continue
+                record.error = str(exc)
+                return record
+            except TimeoutError as exc:
+                record.error = str(exc)
+                return record
+            self._pool.release(connection)
+            break
+        if status != 200:
+            record.error = f"HTTP {status}: {bytes(connection.error_body[:300]).decode(errors='replace')}"
+        elif record.end is None:
+            record.end = time.perf_counter()  # the stream ended without `data: [DONE]`
+        return record
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class InProcessSender:
+    """Drives backends of this process with the same requests (token ids from the same prompts)."""
+
+    def __init__(self, backends: dict, encoders: dict, shape: RequestShape):
+        self.shape = shape
+        self.honours_ignore_eos = True
+        self._backends = backends
+        self._encoders = encoders
+        self._ids = itertools.count()
+
+    def prepare(self, spec: RequestSpec, prompt: str) -> tuple[str, object]:
+        encoder = self._encoders[spec.model]
+        if self.shape.chat:
+            ids = encoder.encode_chat([{"role": "user", "content": prompt}])
+        else:
+            ids = encoder.encode_text(prompt)
+        request, honoured = engine_request(
+            f"bench-{next(self._ids)}", ids, spec.osl, self.shape.temperature, self.shape.ignore_eos
+        )
+        self.honours_ignore_eos = self.honours_ignore_eos and honoured
+        return spec.model, request
+
+    async def send(self, prepared: tuple[str, object]) -> RequestRecord:
+        model, request = prepared
+        record = RequestRecord(model, time.perf_counter(), output_tokens=0, prompt_tokens=len(request.prompt_ids))
+
+        def on_tokens(count: int) -> None:
+            record.token_times.append(time.perf_counter())
+            record.output_tokens += count
+            record.events += 1
+
+        try:
+            record.error = await stream_request(self._backends[model], request, on_tokens)
+        except Exception as exc:  # an engine failure is a failed request, counted, never a crashed run
+            record.error = f"{type(exc).__name__}: {exc}"
+        record.end = time.perf_counter()
+        return record
