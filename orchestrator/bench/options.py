@@ -25,6 +25,7 @@ class BenchOptions:
     server_pid: int | None
     api_key: str | None
     tokenizer: Path | None
+    engine_threads: int | None
     concurrency: tuple[int, ...]
     rates: tuple[float, ...]
     requests: int | None
@@ -83,6 +84,8 @@ def parser() -> argparse.ArgumentParser:
     target.add_argument("--server-pid", type=int, help="measure the CPU of this local server process and its children")
     target.add_argument("--api-key", help="sent as a bearer token")
     target.add_argument("--tokenizer", type=Path, help="folder with tokenizer.json, for exact prompt lengths with --url")
+    target.add_argument("--engine-threads", type=int,
+                        help="CPU threads of hf engines, served and in-process alike (default: all cores)")
     load = p.add_argument_group("load")
     load.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,16")
     load.add_argument("--rate", help="open-loop levels in requests per second (Poisson arrivals), e.g. 5,10")
@@ -124,6 +127,8 @@ def _check_target(args: argparse.Namespace) -> None:
         raise BenchError("--in-process drives the engines itself: give --engines-dir")
     if args.server_pid is not None and not args.url:
         raise BenchError("--server-pid is for --url targets (a server the bench starts is measured anyway)")
+    if args.engine_threads is not None and (args.engine_threads < 1 or not args.engines_dir):
+        raise BenchError("--engine-threads needs --engines-dir and a count of at least 1")
     if args.tokenizer is not None and not (args.tokenizer / "tokenizer.json").is_file():
         raise BenchError(f"--tokenizer {args.tokenizer}: no tokenizer.json there")
 
@@ -161,7 +166,7 @@ def parse_options(argv: list[str]) -> BenchOptions:
         raise BenchError("--sse-step-ms must be >= 0 and --sse-burst >= 1")
     return BenchOptions(
         url=args.url, engines_dir=args.engines_dir, models=models, server_args=tuple(shlex.split(args.server_args)),
-        server_pid=args.server_pid, api_key=args.api_key, tokenizer=args.tokenizer,
+        server_pid=args.server_pid, api_key=args.api_key, tokenizer=args.tokenizer, engine_threads=args.engine_threads,
         concurrency=concurrency or (() if (rates or args.trace) else (1,)), rates=rates,
         requests=None if args.duration else (args.requests or 32), duration_s=args.duration,
         max_requests=args.max_requests, warmup=args.warmup, trace=args.trace, seed=args.seed, timeout_s=args.timeout,

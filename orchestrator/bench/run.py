@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.bench.inprocess import open_backend
+from orchestrator.bench.inprocess import open_engine
 from orchestrator.bench.levels import WARMUP_SEED_OFFSET, plan_levels, warmup_specs
 from orchestrator.bench.options import BenchOptions
 from orchestrator.bench.prompts import PromptMaker, prompts_for
@@ -25,7 +25,8 @@ def open_target(options: BenchOptions, workdir: Path) -> Target:
     if options.url:
         return connect(options.url, names, options.api_key, options.server_pid, options.tokenizer)
     if options.engines_dir:
-        return start_inferno(options.engines_dir, names, list(options.server_args), workdir / "server.log")
+        threads = ["--worker.threads", str(options.engine_threads)] if options.engine_threads else []
+        return start_inferno(options.engines_dir, names, [*threads, *options.server_args], workdir / "server.log")
     return start_bare_sse(options.sse_step_ms, options.sse_burst, workdir / "bare-sse.log")
 
 
@@ -60,21 +61,18 @@ async def _http_series(
         sender.close()
 
 
-async def _in_process_series(work: Workload, options: BenchOptions, show, notes: list[str]) -> list[dict]:
+async def _in_process_series(work: Workload, options: BenchOptions, show: Callable[[dict], None]) -> list[dict]:
     from orchestrator.text.prompt import PromptEncoder
 
     shape = RequestShape(options.chat, options.ignore_eos, options.temperature)
     async with AsyncExitStack() as stack:
-        backends = {m: await stack.enter_async_context(open_backend(options.engines_dir / m)) for m in work.models}
+        engines = {m: await stack.enter_async_context(open_engine(options.engines_dir / m, options.engine_threads)) for m in work.models}
         encoders = {m: PromptEncoder(options.engines_dir / m) for m in work.models}
-        sender = InProcessSender(backends, encoders, shape)
+        sender = InProcessSender(engines, encoders, shape)
         await warm_up(sender, work.warmup, work.warmup_prompts)
         pid = os.getpid()
         cpu = CpuProbe(pid, lambda: {pid: "in-process"}, options.exclude_threads)
-        rows = await run_levels("in-process", sender, work.levels, work.prompts, options, cpu, show)
-    if not sender.honours_ignore_eos:
-        notes.append("in-process: the engine request has no ignore_eos yet, so outputs may end before --osl")
-    return rows
+        return await run_levels("in-process", sender, work.levels, work.prompts, options, cpu, show)
 
 
 async def run_bench(options: BenchOptions, argv: list[str], workdir: Path, show: Callable[[dict], None]) -> dict:
@@ -103,7 +101,7 @@ async def run_bench(options: BenchOptions, argv: list[str], workdir: Path, show:
         target.stop()
     rows, report["ratios"] = list(main_rows), []
     if options.in_process:
-        in_process = await _in_process_series(work, options, show, notes)
+        in_process = await _in_process_series(work, options, show)
         report["ratios"] += ratios(main_rows, in_process, "in-process")
         rows += in_process
     if options.baseline_sse and target.kind != "bare-sse":

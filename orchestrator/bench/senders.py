@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from orchestrator.bench.http_client import ConnectionPool, HttpError, request_head
-from orchestrator.bench.inprocess import engine_request, stream_request
+from orchestrator.bench.inprocess import InProcessEngine, engine_request, run_request
 from orchestrator.bench.record import RequestRecord
 from orchestrator.bench.sse import SseCounter
 from orchestrator.bench.workload import RequestSpec
@@ -105,12 +105,11 @@ class HttpSender:
 
 
 class InProcessSender:
-    """Drives backends of this process with the same requests (token ids from the same prompts)."""
+    """Drives engines of this process with the same requests (token ids from the same prompts)."""
 
-    def __init__(self, backends: dict, encoders: dict, shape: RequestShape):
+    def __init__(self, engines: dict[str, InProcessEngine], encoders: dict, shape: RequestShape):
         self.shape = shape
-        self.honours_ignore_eos = True
-        self._backends = backends
+        self._engines = engines
         self._encoders = encoders
         self._ids = itertools.count()
 
@@ -120,24 +119,18 @@ class InProcessSender:
             ids = encoder.encode_chat([{"role": "user", "content": prompt}])
         else:
             ids = encoder.encode_text(prompt)
-        request, honoured = engine_request(
-            f"bench-{next(self._ids)}", ids, spec.osl, self.shape.temperature, self.shape.ignore_eos
-        )
-        self.honours_ignore_eos = self.honours_ignore_eos and honoured
+        request = engine_request(f"bench-{next(self._ids)}", ids, spec.osl, self.shape.temperature, self.shape.ignore_eos)
         return spec.model, request
 
     async def send(self, prepared: tuple[str, object]) -> RequestRecord:
         model, request = prepared
         record = RequestRecord(model, time.perf_counter(), output_tokens=0, prompt_tokens=len(request.prompt_ids))
 
-        def on_tokens(count: int) -> None:
-            record.token_times.append(time.perf_counter())
+        def on_tokens(count: int, now: float) -> None:
+            record.token_times.append(now)
             record.output_tokens += count
             record.events += 1
 
-        try:
-            record.error = await stream_request(self._backends[model], request, on_tokens)
-        except Exception as exc:  # an engine failure is a failed request, counted, never a crashed run
-            record.error = f"{type(exc).__name__}: {exc}"
+        record.error = await run_request(self._engines[model], request, on_tokens)
         record.end = time.perf_counter()
         return record

@@ -58,7 +58,7 @@ def test_tiny_run_against_inferno_with_the_in_process_baseline(tmp_path, default
     report, result = bench(
         tmp_path, "--engines-dir", str(default_engine.parent), "--model", DEFAULT_MODEL, "--concurrency", "2",
         "--requests", "4", "--isl", "32", "--osl", "8", "--warmup", "1", "--no-ignore-eos", "--in-process",
-        "--exclude-threads", "Thread-*",
+        "--engine-threads", "1", "--exclude-threads", "Thread-*",
         timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
