@@ -158,6 +158,17 @@ class Connection(asyncio.Protocol):
 
     def _read_chunked(self, data: bytes, now: float) -> None:
         """Strip chunked framing; whatever the read held goes to the sink in one call."""
+        if not (self._pending or self._left or self._after_data or self._trailers):
+            # The common read: exactly one whole chunk, as a server writes one per flush.
+            line_end = data.find(b"\r\n", 0, 18)
+            if line_end > 0 and data.endswith(b"\r\n"):
+                try:
+                    size = int(data[:line_end], 16)
+                except ValueError:  # chunk extensions: the general path below reads them
+                    size = 0
+                if size and len(data) == line_end + size + 4:
+                    self._deliver(data[line_end + 2 : -2], now)
+                    return
         buffer = self._pending + data if self._pending else data
         position, size, pieces = 0, len(buffer), []
         while position < size:
@@ -177,7 +188,8 @@ class Connection(asyncio.Protocol):
             elif self._trailers:
                 if not line:
                     self._pending = b""
-                    self._deliver(b"".join(pieces), now)
+                    if pieces:
+                        self._deliver(b"".join(pieces), now)
                     self._finish()
                     return
             else:

@@ -136,8 +136,8 @@ def _check_target(args: argparse.Namespace) -> None:
 def _check_load(args: argparse.Namespace, concurrency: tuple, rates: tuple) -> None:
     if args.requests is not None and args.duration is not None:
         raise BenchError("give --requests or --duration, not both")
-    if args.trace and (concurrency or rates or args.duration):
-        raise BenchError("--trace sets the arrival times itself: leave out --concurrency, --rate and --duration")
+    if args.trace and (concurrency or rates or args.duration or args.requests):
+        raise BenchError("--trace sets the requests and their times: leave out --concurrency, --rate, --requests and --duration")
     for flag, value in (("--requests", args.requests), ("--duration", args.duration), ("--max-requests", args.max_requests)):
         if value is not None and value <= 0:
             raise BenchError(f"{flag} must be positive (got {value})")

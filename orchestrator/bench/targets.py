@@ -108,8 +108,9 @@ def start_inferno(engines_dir: Path, models: list[str], server_args: list[str], 
         manifest = json.loads((engines_dir / name / "engine.json").read_text())
         engines[name] = {"backend": manifest["backend"], "dtype": manifest["dtype"], "quantization": manifest.get("quantization"),
                          "architecture": manifest["model"]["architecture"], "parameters": manifest["model"]["parameters"]}
+    tokenizers = {folder.name: folder for folder in engines_dir.iterdir() if (folder / "tokenizer.json").is_file()}
     return Target(
-        "inferno", server.api, names, server.pid, {n: engines_dir / n for n in names},
+        "inferno", server.api, names, server.pid, tokenizers,
         {"engines_dir": str(engines_dir), "engines": engines, "server_args": server_args, "log": str(log_path)},
         _inferno_roles(server.api, None), lambda: server.stop(),
     )

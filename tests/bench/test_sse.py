@@ -170,6 +170,19 @@ def test_chunked_body_reaches_the_sink_whole_in_any_split(seed):
     assert connection.reusable
 
 
+def test_one_chunk_per_read_as_servers_flush_them():
+    body = completion_stream(["a", "b", "c"])
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    events = [e + b"\n\n" for e in body.split(b"\n\n") if e]
+    response = head + b"".join(f"{len(e):x}\r\n".encode() + e + b"\r\n" for e in events) + b"0\r\n\r\n"
+    cuts, at = [], len(head)
+    for event in events:
+        at += len(f"{len(event):x}\r\n") + len(event) + 2
+        cuts.append(at)
+    status, sink, _ = asyncio.run(_post(response, cuts))
+    assert status == 200 and sink.data == body and sink.reads == len(events)
+
+
 def test_error_status_keeps_the_body_and_connection_close_is_honoured():
     body = b'{"error": {"message": "ignore_eos: unrecognised request argument"}}'
     response = b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
