@@ -66,7 +66,8 @@ def _load_key(row: dict) -> str:
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a is not None and b else None
+    """a / b to 4 significant digits (ratios to the bare server can be tiny); None without both."""
+    return float(f"{a / b:.4g}") if a is not None and b else None
 
 
 def ratios(main: list[dict], other: list[dict], name: str) -> list[dict]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orchestrator.bench.inprocess import open_engine
 from orchestrator.bench.levels import WARMUP_SEED_OFFSET, plan_levels, warmup_specs
-from orchestrator.bench.options import BenchOptions
+from orchestrator.bench.options import BenchError, BenchOptions
 from orchestrator.bench.prompts import PromptMaker, prompts_for
 from orchestrator.bench.report import machine, ratios, versions
 from orchestrator.bench.senders import HttpSender, InProcessSender, RequestShape
@@ -34,14 +34,18 @@ class Workload:
     """The levels, their prompts and the warm-up, made once for every series."""
 
     def __init__(self, options: BenchOptions, target: Target, notes: list[str]):
+        """Raises BenchError for a trace that cannot be read or a length no prompt can have."""
         mix = options.models or ModelMix((target.models[0],))
-        self.levels, level_notes = plan_levels(options, mix)
+        try:
+            self.levels, level_notes = plan_levels(options, mix)
+            self.models = sorted({s.model for level in self.levels for s in level.specs})
+            self.makers = {m: PromptMaker(target.tokenizer_dirs.get(m, options.tokenizer), options.chat) for m in self.models}
+            self.prompts = [prompts_for(lv.specs, self.makers, options.seed + i) for i, lv in enumerate(self.levels)]
+            self.warmup: list[RequestSpec] = warmup_specs(options, self.models)
+            self.warmup_prompts = prompts_for(self.warmup, self.makers, options.seed + WARMUP_SEED_OFFSET)
+        except ValueError as exc:
+            raise BenchError(str(exc)) from exc
         notes += level_notes
-        self.models = sorted({s.model for level in self.levels for s in level.specs})
-        self.makers = {m: PromptMaker(target.tokenizer_dirs.get(m, options.tokenizer), options.chat) for m in self.models}
-        self.prompts = [prompts_for(level.specs, self.makers, options.seed + i) for i, level in enumerate(self.levels)]
-        self.warmup: list[RequestSpec] = warmup_specs(options, self.models)
-        self.warmup_prompts = prompts_for(self.warmup, self.makers, options.seed + WARMUP_SEED_OFFSET)
 
     def describe(self) -> dict:
         exact = all(maker.exact for maker in self.makers.values())
