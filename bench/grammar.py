@@ -25,7 +25,7 @@ import xgrammar as xgr
 from pydantic import BaseModel
 from tokenizers import Tokenizer
 
-from bench.stats import percentile, rounded
+from orchestrator.bench.stats import percentile, rounded
 from orchestrator.structured.checker import GrammarChecker
 from orchestrator.structured.compile import compile_guide, new_compiler
 from orchestrator.structured.guide import Guide, choice_guide, json_schema_guide

@@ -24,10 +24,10 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from bench.loadgen import Timing
-from bench.stats import percentile, rounded
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.backends.sim import THREAD_NAME, SimBackend
+from orchestrator.bench.record import RequestRecord
+from orchestrator.bench.stats import percentile, rounded
 from orchestrator.engine.manifest import EngineManifest, load_manifest
 from orchestrator.engine.request import EngineRequest, SamplingParams
 from orchestrator.sim.corpus import corpus_tokens
@@ -83,19 +83,17 @@ def predicted(spec: SimSpec, manifest: EngineManifest, blocks: int, requests: li
     return elapsed / 1e3, (produced - warm[1]) / (elapsed - warm[0]) * 1e3, steps
 
 
-async def drive(streams: RequestStreams, requests: list[EngineRequest], concurrency: int) -> tuple[list[Timing], float]:
+async def drive(streams: RequestStreams, requests: list[EngineRequest], concurrency: int) -> tuple[list[RequestRecord], float]:
     pending = iter(requests)
-    timings: list[Timing] = []
+    timings: list[RequestRecord] = []
 
     async def client() -> None:
         for request in pending:
-            timing = Timing(sent=time.perf_counter())
+            timing = RequestRecord("sim", time.perf_counter(), output_tokens=0)
             async for delta in streams.stream(request):
                 if delta.token_ids:
-                    now = time.perf_counter()
-                    timing.first_token = timing.first_token or now
-                    timing.chunk_times.append(now)
-                    timing.completion_tokens += len(delta.token_ids)
+                    timing.token_times.append(time.perf_counter())
+                    timing.output_tokens += len(delta.token_ids)
             timings.append(timing)
 
     started = time.perf_counter()
@@ -128,7 +126,7 @@ async def run(args: argparse.Namespace) -> dict:
         await backend.close()
     speedup = manifest.simulation.speedup
     simulated_s, steady_tok_s, simulated_steps = predicted(spec, manifest, report.kv_blocks, requests, args.concurrency)
-    tokens = sum(t.completion_tokens for t in timings)
+    tokens = sum(t.tokens for t in timings)
     gaps = [gap for t in timings for gap in t.gaps]
     ttfts = [t.ttft for t in timings if t.ttft is not None]
     return {

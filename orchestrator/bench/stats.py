@@ -23,6 +23,10 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 def distribution(values: Sequence[float], digits: int = 6) -> dict:
     """p50, p90, p99 and mean of `values` (None each when there are none), and how many there were."""
     if not values:
