@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -36,6 +37,7 @@ class Choice:
     finish: FinishReason | None = None
     error: InfernoError | None = None
     logprobs: list | None = None  # every token's [text, log probability, alternatives], for a whole response
+    parts: list[str] = field(default_factory=list)  # the text so far, for a whole response
     reasoning: str = ""  # the thinking so far, for a whole response
     tool_calls: list[dict] = field(default_factory=list)  # whole calls (id, type, function), for a whole response
 
@@ -65,16 +67,34 @@ class InferenceRequest:
     last_token: float | None = None
     finished: float | None = None
     status: RequestStatus = RequestStatus.WAITING
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)  # what its handler must see, in order
+    # Takes a plain text row (choice, text) without waking the handler; returns False to send it to `events`.
+    fast_path: Callable[[Choice, str], bool] | None = None
     _by_engine_id: dict[str, Choice] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._by_engine_id = {choice.engine_request.id: choice for choice in self.choices}
 
     # -- engine side -------------------------------------------------------------------------------------
-    def deliver(self, delta: TextDelta) -> None:
-        """The worker client's sink: called once per engine step that produced output for this request."""
-        self.events.put_nowait(delta)
+    def deliver(self, row: list) -> None:
+        """The worker client's sink: one call per engine step that produced output for this request, with its
+        wire row (`TextDelta.to_wire`). Plain text goes the fast path when there is one and nothing is queued
+        ahead of it (order is kept); anything else (a finish, an error, extras) wakes the handler."""
+        fast = self.fast_path
+        if fast is not None and len(row) == 5 and row[3] is None and self.events.empty():
+            choice = self._by_engine_id[row[0]]
+            if fast(choice, row[1]):
+                self._count_tokens(choice, row[2])
+                return
+        self.events.put_nowait(TextDelta.from_wire(row))
+
+    def _count_tokens(self, choice: Choice, count: int) -> None:
+        if count:
+            now = time.monotonic()
+            if self.first_token is None:
+                self.first_token = now
+            self.last_token = now
+            choice.completion_tokens += count
 
     def start(self) -> None:
         self.status = RequestStatus.RUNNING
@@ -83,15 +103,11 @@ class InferenceRequest:
     def record(self, delta: TextDelta) -> Choice:
         """Account for one delta taken off `events`; returns the choice it belongs to."""
         choice = self._by_engine_id[delta.request_id]
-        if delta.num_tokens:
-            now = time.monotonic()
-            if self.first_token is None:
-                self.first_token = now
-            self.last_token = now
-            choice.completion_tokens += delta.num_tokens
+        self._count_tokens(choice, delta.num_tokens)
         if delta.cached_tokens is not None:
             self.cached_tokens = max(self.cached_tokens or 0, delta.cached_tokens)
         if not self.stream:
+            choice.parts.append(delta.text)
             if delta.logprobs is not None:
                 if choice.logprobs is None:
                     choice.logprobs = []

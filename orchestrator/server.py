@@ -14,6 +14,7 @@ from orchestrator.api.app import build_app
 from orchestrator.api.state import STATE
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import discover
+from orchestrator.scheduler.scheduler import FAREWELL_S
 from orchestrator.sim.device import MixedEngines
 
 log = logging.getLogger("inferno")
@@ -34,7 +35,7 @@ async def serve(config: ServerConfig) -> int:
         app,
         handler_cancellation=True,  # a client that goes away cancels its handler, and so its engine requests
         access_log=log if config.log_level == "debug" else None,
-        shutdown_timeout=config.drain_timeout_s,
+        shutdown_timeout=FAREWELL_S,  # the scheduler's drain has run by then: handlers are finishing
     )
     await runner.setup()  # starts the scheduler: its initial loads begin
     site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
@@ -59,7 +60,10 @@ async def serve(config: ServerConfig) -> int:
         print(f"Inferno ready: http://{host}:{port}/v1 serving {states}", flush=True)
         await stop.wait()
     log.info("shutting down: draining requests for up to %.0f s", config.drain_timeout_s)
-    await runner.cleanup()  # stops listening, drains (app on_shutdown), then stops the scheduler (cleanup context)
+    # Still listening: /ready says 503 at once, new requests get 503 with Retry-After, running ones finish until
+    # the deadline and are then ended with an error. Then the listener closes and the workers stop.
+    await state.scheduler.drain(config.drain_timeout_s)
+    await runner.cleanup()
     return 0
 
 

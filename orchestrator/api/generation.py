@@ -11,18 +11,13 @@ import orjson
 from aiohttp import web
 
 from orchestrator.api.responses import Format, now
+from orchestrator.api.sse import DONE, ChunkTemplates, SseWriter, sse
 from orchestrator.api.state import STATE
 from orchestrator.api.wire import _GenerationRequest
 from orchestrator.engine.request import TextDelta
 from orchestrator.errors import InfernoError, error_body, kind_of
-from orchestrator.lifecycle import InferenceRequest, RequestStatus
+from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
 from orchestrator.scheduler.settings import request_priority
-
-DONE = b"data: [DONE]\n\n"
-
-
-def sse(payload: dict) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
 async def next_deltas(request: InferenceRequest) -> list[TextDelta]:
@@ -65,18 +60,91 @@ async def serve_generation(
         state.request_metrics.observe(request, http_status)
 
 
+def _take_text(choice: Choice, text: str) -> bool:
+    """A whole response's fast path: keep the text for the end; nothing to wake for."""
+    choice.parts.append(text)
+    return True
+
+
 async def _collect(request: InferenceRequest, fmt: Format) -> web.Response:
     created = now()
-    texts: list[list[str]] = [[request.echo or ""] for _ in request.choices]
+    for choice in request.choices:
+        choice.parts.append(request.echo or "")
+    request.fast_path = _take_text
     while not request.all_finished:
         for delta in await next_deltas(request):
             choice = request.record(delta)
             if choice.error is not None:
                 raise choice.error
-            texts[choice.index].append(delta.text)
     request.finish(request.final_status())
-    body = fmt.response(request, ["".join(parts) for parts in texts], created)
+    body = fmt.response(request, ["".join(choice.parts) for choice in request.choices], created)
     return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+class _EventStream:
+    """One response's event stream: OpenAI's chunks, in order, over an SseWriter. Plain text rows are written by
+    `fast_text` straight from the worker reader's dispatch; everything else passes through `handle`."""
+
+    def __init__(self, http: web.Request, request: InferenceRequest, fmt: Format, include_usage: bool,
+                 continuous_usage: bool):
+        self.http, self.request, self.fmt = http, request, fmt
+        self.include_usage, self.continuous_usage = include_usage, continuous_usage
+        self.created = now()
+        self.writer: SseWriter | None = None
+        self.offsets = [0] * len(request.choices)  # characters streamed per choice, for text completions' logprobs
+        self.templates = ChunkTemplates(
+            lambda index, text: fmt.chunk(request, self.created, index, text, include_usage=include_usage)
+        )
+
+    async def open(self) -> None:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
+        response.enable_chunked_encoding()
+        await response.prepare(self.http)
+        self.writer = SseWriter(response, self.http)
+        first = b"".join(
+            sse(self.fmt.chunk(self.request, self.created, choice.index, self.request.echo, role=True,
+                               include_usage=self.include_usage, continuous_usage=self.continuous_usage))
+            for choice in self.request.choices
+        )
+        await self.writer.send(first)
+        if not self.continuous_usage:  # usage on every chunk is rendered in full each time
+            self.request.fast_path = self.fast_text
+
+    def fast_text(self, choice: Choice, text: str) -> bool:
+        return not text or self.writer.write(self.templates.text(choice.index, text))
+
+    def chunk(self, choice: Choice, delta: TextDelta) -> bytes:
+        chunk = self.fmt.chunk(
+            self.request, self.created, choice.index, delta.text, delta.finish, include_usage=self.include_usage,
+            continuous_usage=self.continuous_usage, logprobs=delta.logprobs, offset=self.offsets[choice.index],
+            alternatives=choice.engine_request.top_logprobs, reasoning=delta.reasoning, tool_calls=delta.tool_calls,
+        )
+        self.offsets[choice.index] += len(delta.text)
+        return sse(chunk)
+
+    async def handle(self, deltas: list[TextDelta]) -> bool:
+        """Write what these deltas say; True once the stream has ended."""
+        request, out = self.request, bytearray()
+        for delta in deltas:
+            choice = request.record(delta)
+            if choice.error is not None:
+                request.finish(RequestStatus.FINISHED_ERROR)
+                await self.writer.send(bytes(out) + sse(error_body(choice.error)) + DONE)
+                await self.writer.close()
+                return True
+            if delta.text or delta.finish is not None or delta.logprobs or delta.reasoning or delta.tool_calls:
+                out += self.chunk(choice, delta)
+        if request.all_finished:
+            request.finish(request.final_status())
+            if self.include_usage:
+                out += sse(self.fmt.usage_chunk(request, self.created))
+            await self.writer.send(bytes(out) + DONE)
+            await self.writer.close()
+            return True
+        await self.writer.send(bytes(out))
+        return False
 
 
 async def _stream(
@@ -84,50 +152,13 @@ async def _stream(
 ) -> web.StreamResponse:
     """SSE as OpenAI sends it. Headers go out with the first output, so an error before any token is still
     a plain JSON error with its status; after that, an error is an SSE error event."""
-    created = now()
-    response: web.StreamResponse | None = None
-    offsets = [0] * len(request.choices)  # characters streamed per choice, for text completions' logprobs
+    stream = _EventStream(http, request, fmt, include_usage, continuous_usage)
     while True:
         deltas = await next_deltas(request)
-        out = bytearray()
-        if response is None:
+        if stream.writer is None:
             first_error = next((d for d in deltas if d.error is not None), None)
             if first_error is not None:
                 raise request.record(first_error).error
-            response = await _open_stream(http)
-            for choice in request.choices:
-                out += sse(fmt.chunk(request, created, choice.index, request.echo, role=True,
-                                     include_usage=include_usage, continuous_usage=continuous_usage))
-        for delta in deltas:
-            choice = request.record(delta)
-            if choice.error is not None:
-                request.finish(RequestStatus.FINISHED_ERROR)
-                out += sse(error_body(choice.error)) + DONE
-                await response.write(out)
-                return response
-            if delta.text or delta.finish is not None or delta.logprobs or delta.reasoning or delta.tool_calls:
-                chunk = fmt.chunk(
-                    request, created, choice.index, delta.text, delta.finish, include_usage=include_usage,
-                    continuous_usage=continuous_usage, logprobs=delta.logprobs, offset=offsets[choice.index],
-                    alternatives=choice.engine_request.top_logprobs, reasoning=delta.reasoning,
-                    tool_calls=delta.tool_calls,
-                )
-                offsets[choice.index] += len(delta.text)
-                out += sse(chunk)
-        if request.all_finished:
-            request.finish(request.final_status())
-            if include_usage:
-                out += sse(fmt.usage_chunk(request, created))
-            out += DONE
-            await response.write(out)
-            await response.write_eof()
-            return response
-        await response.write(out)
-
-
-async def _open_stream(http: web.Request) -> web.StreamResponse:
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    )
-    await response.prepare(http)
-    return response
+            await stream.open()
+        if await stream.handle(deltas):
+            return stream.writer.response

@@ -20,6 +20,7 @@ from orchestrator.scheduler.slots import ModelSlot, Waiter
 
 RETRY_AFTER_BUSY_S = 5.0  # Retry-After for a request turned away because models stayed busy
 RETRY_AFTER_QUEUE_FULL_S = 1.0
+RETRY_AFTER_SHUTDOWN_S = 5.0  # another replica may serve it meanwhile
 
 
 class AdmissionControl:
@@ -53,7 +54,8 @@ class AdmissionControl:
         when no slot frees within the queue timeout. Every successful acquire is paired with one `release`.
         """
         if self.draining:
-            raise ShuttingDown("the server is shutting down and takes no new requests")
+            raise ShuttingDown("the server is shutting down and takes no new requests",
+                               retry_after_s=RETRY_AFTER_SHUTDOWN_S)
         slot.cancel_idle_timer()
         decision = policy.admit(slot.load_view(), self.total_running(), self._scheduling.max_running_total)
         if decision is Admission.RUN:
@@ -129,7 +131,8 @@ class AdmissionControl:
         for slot in self._slots.values():
             for waiter in slot.waiters:
                 if not waiter.future.done():
-                    waiter.future.set_exception(ShuttingDown("the server is shutting down"))
+                    waiter.future.set_exception(
+                        ShuttingDown("the server is shutting down", retry_after_s=RETRY_AFTER_SHUTDOWN_S))
             slot.waiters.clear()
 
     async def wait_quiet(self, timeout_s: float) -> bool:

@@ -24,10 +24,11 @@ from collections.abc import AsyncIterator, Callable
 
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import Catalogue
-from orchestrator.errors import ModelNotFound, ModelUnavailable
+from orchestrator.engine.request import FinishReason, TextDelta
+from orchestrator.errors import ModelNotFound, ModelUnavailable, ShuttingDown, to_wire
 from orchestrator.lifecycle import InferenceRequest, RequestStatus
 from orchestrator.scheduler.admin import AdminOperations
-from orchestrator.scheduler.admission import AdmissionControl
+from orchestrator.scheduler.admission import RETRY_AFTER_SHUTDOWN_S, AdmissionControl
 from orchestrator.scheduler.ledger import DeviceProbe, MemoryLedger, detect_probe
 from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot, NoEvents, SchedulerEvents
 from orchestrator.scheduler.placement import ModelPlacement
@@ -37,6 +38,9 @@ from orchestrator.sim.device import simulated_device
 from orchestrator.worker.handle import WorkerHandle, WorkerSource
 
 log = logging.getLogger(__name__)
+
+FAREWELL_S = 2.0  # after the drain deadline, how long handlers get to send the requests' errors
+
 
 
 class Scheduler:
@@ -72,6 +76,7 @@ class Scheduler:
         )
         self.admin = AdminOperations(self.slot_for, self.admission, self.placement, self.ledger, clock)
         self._started = False
+        self._live: dict[str, tuple[InferenceRequest, WorkerHandle]] = {}  # holding a running slot, for the drain
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -94,11 +99,25 @@ class Scheduler:
         self.admission.drain()
         self.workers.stop_refilling()
 
-    async def stop(self, drain_timeout_s: float) -> None:
-        """Refuse new requests, let running ones finish for up to drain_timeout_s, then stop every worker."""
+    async def drain(self, timeout_s: float) -> None:
+        """Refuse new requests and let running ones finish for up to `timeout_s`; then end what is still running
+        with a ShuttingDown error (a stream gets its error event and [DONE]) and give its handler a moment to
+        send it. The workers keep running: `stop` stops them."""
         self.begin_drain()
-        if not await self.admission.wait_quiet(drain_timeout_s):
-            log.warning("drain timed out after %.0f s: cancelling what is still running", drain_timeout_s)
+        if await self.admission.wait_quiet(timeout_s):
+            return
+        log.warning("drain deadline (%.0f s) reached: ending %d running request(s)", timeout_s, len(self._live))
+        error = ShuttingDown("the server is shutting down: the drain deadline ended this request",
+                             retry_after_s=RETRY_AFTER_SHUTDOWN_S)
+        for request, worker in list(self._live.values()):
+            for engine_id in request.unfinished_engine_ids():
+                worker.cancel(engine_id)  # no more output reaches the request
+                request.deliver(TextDelta(engine_id, "", 0, FinishReason.ERROR, to_wire(error)).to_wire())
+        await self.admission.wait_quiet(FAREWELL_S)
+
+    async def stop(self, drain_timeout_s: float) -> None:
+        """Drain (up to drain_timeout_s), then stop every worker."""
+        await self.drain(drain_timeout_s)
         await self.placement.unload_all("shutdown")
         await self.workers.close()
 
@@ -145,8 +164,10 @@ class Scheduler:
         try:
             worker = await self.placement.ensure_loaded(slot)
             request.start()
+            self._live[request.id] = (request, worker)
             yield worker
         finally:
+            self._live.pop(request.id, None)
             if worker is not None:
                 for engine_id in request.unfinished_engine_ids():
                     worker.cancel(engine_id)

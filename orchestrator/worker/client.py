@@ -157,19 +157,20 @@ class WorkerClient:
         )
 
     def _dispatch(self, rows: list[list]) -> None:
+        """One step frame: each row (TextDelta.to_wire) to its request's sink, as it came off the wire."""
+        sinks = self._sinks
         for row in rows:
-            delta = TextDelta.from_wire(row)
-            sink = self._sinks.get(delta.request_id)
+            sink = sinks.get(row[0])
             if sink is None:
                 continue  # cancelled by us; its last words are not needed
-            if delta.finish is not None:
-                del self._sinks[delta.request_id]
-            sink(delta)
+            if row[3] is not None:  # its finish
+                del sinks[row[0]]
+            sink(row)
 
     def _fail_all(self, error: InfernoError) -> None:
         sinks, self._sinks = self._sinks, {}
         for request_id, sink in sinks.items():
-            sink(TextDelta(request_id, "", 0, FinishReason.ERROR, to_wire(error)))
+            sink(TextDelta(request_id, "", 0, FinishReason.ERROR, to_wire(error)).to_wire())
 
     async def _kill(self) -> None:
         if self._proc.returncode is None:

@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from orchestrator.engine.request import EngineRequest, TextDelta
+from orchestrator.engine.request import EngineRequest
 from orchestrator.worker.main import LoadSpec
 
-Sink = Callable[[TextDelta], None]  # where a request's deltas go, one call per engine step
+# Where a request's output goes: one call per engine step, with the step's wire row (TextDelta.to_wire).
+Sink = Callable[[list], None]
 OnExit = Callable[[str], None]  # told the model's name when its worker goes away, asked to or not
 
 

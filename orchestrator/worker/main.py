@@ -132,11 +132,11 @@ class Worker:
             output = live.get(delta.request_id)
             if output is None:
                 continue  # ended here already (a stop string): the engine's late words are not needed
-            text = output.on_delta(delta)
-            if text is None:
+            row = output.row(delta)
+            if row is None:
                 continue
-            rows.append(text.to_wire())
-            if text.finish is not None:
+            rows.append(row)
+            if row[3] is not None:  # finished
                 del live[delta.request_id]
                 if delta.finish is None:  # a stop string ended it: free its place in the engine now
                     self._backend.cancel(delta.request_id)

@@ -34,8 +34,8 @@ class SequenceOutput:
     parse tool calls or thinking), each step's text is split into content, reasoning and tool calls, and special
     tokens stay in the text the parsers read (a format's call marker may be one)."""
 
-    __slots__ = ("_channels", "_detokenizer", "_min_tokens", "_stops", "_texts", "generated", "request_id",
-                 "stopped")
+    __slots__ = ("_channels", "_detokenizer", "_min_tokens", "_plain", "_stops", "_texts", "generated",
+                 "request_id", "stopped")
 
     def __init__(self, request: EngineRequest, tokenizer: Tokenizer, texts: TokenTexts,
                  channels: OutputChannels | None = None):
@@ -45,8 +45,20 @@ class SequenceOutput:
         self._stops = StopMatcher(request.stop, include=request.include_stop_str_in_output)
         self._channels = channels
         self._min_tokens = request.min_tokens
+        self._plain = not request.stop and channels is None and not request.logprobs  # text is all there is
         self.generated = 0
         self.stopped = False
+
+    def row(self, delta: TokenDelta) -> list | None:
+        """`on_delta`'s answer as its wire row (TextDelta.to_wire), made directly in the common case: a request
+        with no stop strings, log probabilities or parsing, in the middle of its answer."""
+        if self._plain and delta.finish is None and delta.cached_tokens is None:
+            count = len(delta.token_ids)
+            self.generated += count
+            text = self._detokenizer.push(delta.token_ids)
+            return [self.request_id, text, count, None, None] if text or count else None
+        out = self.on_delta(delta)
+        return None if out is None else out.to_wire()
 
     def on_delta(self, delta: TokenDelta) -> TextDelta | None:
         """The text delta to send for this token delta; None when there is nothing new to say."""

@@ -84,7 +84,7 @@ class FakeWorker:
             del self.sinks[request_id]
         wire_error = to_wire(error) if error is not None else None
         count = len(text.split()) if tokens is None else tokens
-        sink(TextDelta(request_id, text, count, FinishReason.ERROR if error is not None else finish, wire_error))
+        sink(TextDelta(request_id, text, count, FinishReason.ERROR if error is not None else finish, wire_error).to_wire())
 
     def finish(self, request_id: str, text: str = "done", finish: FinishReason = FinishReason.STOP) -> None:
         self.emit(request_id, text, finish=finish)
@@ -99,7 +99,7 @@ class FakeWorker:
         sinks, self.sinks = self.sinks, {}
         for request_id, sink in sinks.items():
             error = WorkerCrashed(f"the worker for model '{self.model}' exited ({how}) while running this request")
-            sink(TextDelta(request_id, "", 0, FinishReason.ERROR, to_wire(error)))
+            sink(TextDelta(request_id, "", 0, FinishReason.ERROR, to_wire(error)).to_wire())
 
 
 class FakeWorkers:

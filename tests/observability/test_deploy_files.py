@@ -1,6 +1,7 @@
 """deploy/: the files parse and carry what running Inferno needs. No Docker engine or cluster runs here: these
 read the files, cross-check them against each other and against the code, and let promtool check Prometheus's."""
 
+from orchestrator.scheduler.scheduler import FAREWELL_S
 from __future__ import annotations
 
 import json
@@ -172,7 +173,7 @@ def test_termination_grace_covers_prestop_drain_and_worker_stop(k8s):
     drain_s = float(env_of(server)["INFERNO_DRAIN_TIMEOUT_S"])
     assert drain_s == DRAIN_TIMEOUT_S
     grace = k8s["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert grace > sleep_s + drain_s + ServerConfig().worker.stop_timeout_s
+    assert grace > sleep_s + drain_s + FAREWELL_S + ServerConfig().worker.stop_timeout_s
 
 
 def test_engines_volume_is_mounted_where_the_server_reads_engines(k8s):

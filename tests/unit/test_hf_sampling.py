@@ -27,8 +27,8 @@ def run_chain(scores, requests):
 
 def test_chain_declares_one_argument_row_per_processor():
     chain = hs.sampling_processors()
-    assert chain.tensors_required == 6
-    assert set(chain.supported_keys) == {
+    assert chain.tensors_required == 7
+    assert set(chain.supported_keys) == {"guide_state",
         "temperature", "top_k", "top_p", "min_p", "sample_seed", "top_logprobs", "logit_bias",
         "repetition_penalty", "presence_penalty", "frequency_penalty", "min_tokens", "end_tokens",
     }

@@ -95,13 +95,14 @@ def test_token_id_prompts_are_checked(engine):
 @pytest.mark.parametrize(
     "fields, param",
     [
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"echo": True, "logprobs": 1}, "echo"),
+        ({"suffix": "and then"}, "suffix"),
+        ({"best_of": 3}, "best_of"),
     ],
 )
-def test_what_the_backend_cannot_do_is_refused(engine, fields, param):
+def test_what_the_server_cannot_do_is_refused(engine, fields, param):
     with pytest.raises(UnsupportedParameter) as caught:
-        chat(**fields).to_inference_request(engine, "x")
+        CompletionRequest.model_validate({"model": "m", "prompt": "Hi", **fields}).to_inference_request(engine, "x")
     assert caught.value.param == param
 
 

@@ -1,0 +1,90 @@
+"""Server-sent events for one response, written the cheap way.
+
+Most chunks of a stream differ only in their text. `ChunkTemplates` renders each choice's chunk once, around a
+marker, and keeps the bytes before and after the marker's JSON: a text chunk is then prefix + the text as JSON +
+suffix, the same bytes the general renderer (responses.Format.chunk) would make. `SseWriter` writes a chunk to
+the socket synchronously, in HTTP/1.1 chunked framing, so the worker reader's dispatch can stream a step's text to
+every client without waking one coroutine per request; it reports when the socket's buffer is congested (the
+client reads slowly) so the caller can fall back to waiting for the buffer to drain.
+"""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+DONE = b"data: [DONE]\n\n"
+_MARKER = "\x00inferno-text\x00"
+
+
+def sse(payload: dict) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+class ChunkTemplates:
+    """Per choice, the bytes of a plain text chunk around its text."""
+
+    def __init__(self, render) -> None:
+        """`render(index, text)` gives the chunk dict for `text` on choice `index` (Format.chunk, bound)."""
+        self._render = render
+        self._parts: dict[int, tuple[bytes, bytes]] = {}
+
+    def text(self, index: int, text: str) -> bytes:
+        parts = self._parts.get(index)
+        if parts is None:
+            parts = self._parts[index] = self._split(index)
+        prefix, suffix = parts
+        return prefix + orjson.dumps(text) + suffix
+
+    def _split(self, index: int) -> tuple[bytes, bytes]:
+        whole = sse(self._render(index, _MARKER))
+        marker = orjson.dumps(_MARKER)
+        at = whole.index(marker)
+        return whole[:at], whole[at + len(marker) :]
+
+
+class SseWriter:
+    """Writes an open (prepared, chunked) event stream without awaiting; `drain` waits when it is congested."""
+
+    def __init__(self, response: web.StreamResponse, http: web.Request):
+        if not response.chunked or response.compression:
+            raise ValueError("the event stream must be chunked and uncompressed")
+        self._response = response
+        self._transport = http.transport
+        # Congested exactly when the transport pauses its protocol, so `drain` then really waits.
+        self._high_water = self._transport.get_write_buffer_limits()[1] if self._transport is not None else 0
+
+    @property
+    def response(self) -> web.StreamResponse:
+        return self._response
+
+    @property
+    def open(self) -> bool:
+        return self._transport is not None and not self._transport.is_closing()
+
+    @property
+    def congested(self) -> bool:
+        return self._transport is not None and self._transport.get_write_buffer_size() > self._high_water
+
+    def write(self, data: bytes) -> bool:
+        """Send `data` as one HTTP chunk now; False (nothing sent) if the client has gone or reads too slowly."""
+        if not data:
+            return True
+        if not self.open or self.congested:
+            return False
+        self._transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return True
+
+    async def drain(self) -> None:
+        """Wait until the socket's buffer has room again (the client reads)."""
+        await self._response._payload_writer.drain()
+
+    async def send(self, data: bytes) -> None:
+        """Send `data`, waiting for room first if needed; ConnectionResetError if the client has gone."""
+        while not self.write(data):
+            if not self.open:
+                raise ConnectionResetError("the client closed the connection")
+            await self.drain()
+
+    async def close(self) -> None:
+        await self._response.write_eof()
