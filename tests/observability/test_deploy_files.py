@@ -1,7 +1,6 @@
 """deploy/: the files parse and carry what running Inferno needs. No Docker engine or cluster runs here: these
 read the files, cross-check them against each other and against the code, and let promtool check Prometheus's."""
 
-from orchestrator.scheduler.scheduler import FAREWELL_S
 from __future__ import annotations
 
 import json
@@ -14,6 +13,7 @@ import pytest
 import yaml
 
 from orchestrator.config import ServerConfig
+from orchestrator.scheduler.scheduler import FAREWELL_S
 from tests.observability.conftest import DEPLOY
 
 K8S = DEPLOY / "k8s"

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from orchestrator.engine.request import FinishReason
-from orchestrator.errors import ShuttingDown, WorkerCrashed
+from orchestrator.errors import ShuttingDown
 from orchestrator.lifecycle import RequestStatus
 from tests.fakes.clock import run_virtual, until
 from tests.scheduler.harness import advance, inference_request, make_scheduler, serve
@@ -43,7 +43,7 @@ def test_drain_turns_queued_requests_away_and_lets_running_ones_finish(tmp_path)
     assert "stop_refilling" in calls and calls[-1] == "close"
 
 
-def test_a_drain_that_runs_out_of_time_stops_the_workers_anyway(tmp_path):
+def test_a_drain_that_runs_out_of_time_ends_what_runs_and_stops_the_workers(tmp_path):
     async def go():
         scheduler, workers, _ = make_scheduler(tmp_path, {"alpha": 1}, 2)
         running = asyncio.create_task(serve(scheduler, inference_request("alpha")))
@@ -52,12 +52,13 @@ def test_a_drain_that_runs_out_of_time_stops_the_workers_anyway(tmp_path):
         began = loop.time()
         await scheduler.stop(drain_timeout_s=30)
         took = loop.time() - began
-        with pytest.raises(WorkerCrashed):
+        with pytest.raises(ShuttingDown, match="drain deadline") as ended:
             await running
-        return took, worker.stopped
+        return took, worker.stopped, worker.cancelled, ended.value.retry_after_s
 
-    took, stopped = run_virtual(go())
+    took, stopped, cancelled, retry_after = run_virtual(go())
     assert took == pytest.approx(30) and stopped
+    assert cancelled and retry_after  # cancelled in its engine, and told when to come back
 
 
 def test_the_scheduler_tells_its_workers_when_the_server_turns_busy_and_quiet(tmp_path):
