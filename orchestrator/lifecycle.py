@@ -28,6 +28,11 @@ class RequestStatus(IntEnum):
     def finished(self) -> bool:
         return self >= RequestStatus.FINISHED_STOPPED
 
+    @property
+    def label(self) -> str:
+        """The finish_reason label of the request metrics: stop, length, cancelled or error."""
+        return self.name.removeprefix("FINISHED_").lower().replace("stopped", "stop")
+
 
 @dataclass
 class Choice:

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from orchestrator.engine.request import FinishReason
 from orchestrator.lifecycle import Choice, InferenceRequest
 
-OPENAI_FINISH = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length", FinishReason.TOOL_CALLS: "tool_calls"}
-
 
 def _alternative(text: str, logprob: float) -> dict:
     return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
@@ -83,7 +81,7 @@ class Format:
         return body
 
     def _final_choice(self, choice: Choice, text: str) -> dict:
-        reason = OPENAI_FINISH.get(choice.finish)
+        reason = choice.finish.openai if choice.finish else None
         if self.chat:
             message = {"role": "assistant", "content": text if text or not choice.tool_calls else None,
                        "refusal": None}
@@ -114,7 +112,7 @@ class Format:
         tool_calls: list | None = None,
     ) -> dict:
         body = self._envelope(request, self.chunk_name, created)
-        reason = OPENAI_FINISH.get(finish)
+        reason = finish.openai if finish else None
         if self.chat:
             delta: dict = {"role": "assistant", "content": ""} if role else {}
             if text:

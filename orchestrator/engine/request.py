@@ -45,11 +45,21 @@ LIMITS = Limits()
 
 
 class FinishReason(StrEnum):
+    """How one sequence ended. The value is its name everywhere inside Inferno (wire rows, logs); `openai` is what
+    a client reads as `finish_reason` (None: the request ended without an answer to give that reason)."""
+
     STOP = "stop"  # end token, stop token or stop string
     TOOL_CALLS = "tool_calls"  # the answer is tool calls (the worker's parser found them)
     LENGTH = "length"  # max_tokens, or the engine's sequence limit
     CANCELLED = "cancelled"  # stopped by cancel(): the client went away, or the server ended the request early
     ERROR = "error"  # the engine failed this request
+
+    @property
+    def openai(self) -> str | None:
+        return _OPENAI_FINISH.get(self)
+
+
+_OPENAI_FINISH = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length", FinishReason.TOOL_CALLS: "tool_calls"}
 
 
 @dataclass(frozen=True, slots=True)

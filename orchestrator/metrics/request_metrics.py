@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from orchestrator.lifecycle import InferenceRequest, RequestStatus
+from orchestrator.lifecycle import InferenceRequest
 
 # Seconds. Time to first token: prefill of one prompt, plus queueing; sub-second resolution matters most.
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0,
@@ -24,12 +24,6 @@ QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 # Tokens per request: powers of two up to the longest contexts served.
 LENGTH_BUCKETS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
-_FINISH = {
-    RequestStatus.FINISHED_STOPPED: "stop",
-    RequestStatus.FINISHED_LENGTH: "length",
-    RequestStatus.FINISHED_CANCELLED: "cancelled",
-    RequestStatus.FINISHED_ERROR: "error",
-}
 
 
 def status_class(status: int) -> str:
@@ -84,7 +78,7 @@ class RequestMetrics:
     def observe(self, request: InferenceRequest, http_status: int) -> None:
         model = request.model
         if request.status.finished:
-            reason = _FINISH[request.status]
+            reason = request.status.label
         else:  # an unexpected exception left the handler: aiohttp answers it with a 500
             reason, http_status = "error", 500
         self.requests.labels(model, status_class(http_status), reason).inc()
