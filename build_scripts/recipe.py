@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from orchestrator.engine.manifest import ChatFormat, EngineFormat, GenerationDefaults, Limits
+from orchestrator.engine.manifest import IMPLIED_FORMAT, ChatFormat, EngineFormat, GenerationDefaults, Limits
 from orchestrator.sim.memory import ModelShape
 
 Dtype = Literal["float32", "float16", "bfloat16"]
@@ -24,7 +24,7 @@ ARCH_PATTERN = r"^(sm\d{2,3}|any)$"
 FP8_MIN_SM = 89  # FP8 tensor cores: Ada (sm89), Hopper (sm90) and later
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 
-DEFAULT_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine", "sim": "sim-config"}
+DEFAULT_FORMAT: dict[str, EngineFormat] = IMPLIED_FORMAT  # what each backend builds (the manifest's table)
 DEFAULT_ARCH = {"hf": "any", "trtllm": "sm90", "sim": "any"}
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from build_scripts.plan import BuildSpec
+from orchestrator.engine import trtllm_release as release
 
-REQUIRED_TRTLLM = "1.2.1"  # the version the planner's flags were checked against
-TRTLLM_LINE = "1.2."  # any 1.2.x release has the TensorRT engine path and these flags
-TRTLLM_CONTAINER = f"nvcr.io/nvidia/tensorrt-llm/release:{REQUIRED_TRTLLM}"
+REQUIRED_TRTLLM = release.VERSION  # the version the planner's flags were checked against
+TRTLLM_LINE = release.LINE  # any 1.2.x release has the TensorRT engine path and these flags
+TRTLLM_CONTAINER = release.CONTAINER
 DISK_MARGIN = 1.25  # temporary files and the log on top of the estimate
 SIM_DISK_BYTES = 50 * 10**6  # a tokenizer and two JSON files
 ARCH_NAMES = {"sm80": "Ampere (A100)", "sm86": "Ampere", "sm89": "Ada (L4, L40S)", "sm90": "Hopper (H100, H200)",

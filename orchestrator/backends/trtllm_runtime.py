@@ -19,19 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from orchestrator.engine import trtllm_release as release
 from orchestrator.engine.manifest import EngineManifest, EngineRefused
 from orchestrator.errors import BackendUnavailable, ModelUnavailable
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_LINE = "1.2."  # the last TensorRT-LLM line with the TensorRT engine path and the Executor config bindings
-PINNED_VERSION = "1.2.1"
-CONTAINER = f"nvcr.io/nvidia/tensorrt-llm/release:{PINNED_VERSION}"
-INSTALL_HINT = (
-    f"install it from NVIDIA's package index (pip install --extra-index-url https://pypi.nvidia.com "
-    f"tensorrt_llm=={PINNED_VERSION}) or run Inferno in the official container {CONTAINER} "
-    "(the project's GPU image, deploy/docker/gpu.Dockerfile, builds on it)"
-)
+SUPPORTED_LINE, PINNED_VERSION = release.LINE, release.VERSION
 
 
 @dataclass(frozen=True)
@@ -55,13 +49,13 @@ def load_runtime() -> Runtime:
     except (ImportError, OSError) as exc:  # OSError: the package is there but a shared library is not
         raise BackendUnavailable(
             f"the trtllm backend needs TensorRT-LLM {PINNED_VERSION}, which cannot be imported here "
-            f"({type(exc).__name__}: {exc}); {INSTALL_HINT}"
+            f"({type(exc).__name__}: {exc}); {release.INSTALL_HINT}"
         ) from exc
     version = str(tensorrt_llm.__version__)
     if not version.startswith(SUPPORTED_LINE):
         raise BackendUnavailable(
             f"the trtllm backend needs TensorRT-LLM {SUPPORTED_LINE}x ({PINNED_VERSION}), but {version} is "
-            f"installed; later lines removed the TensorRT engine path. {INSTALL_HINT}"
+            f"installed; later lines removed the TensorRT engine path. {release.INSTALL_HINT}"
         )
     return Runtime(bindings=executor, version=version, package_dir=Path(tensorrt_llm.__file__).parent)
 
