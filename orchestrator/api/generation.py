@@ -10,13 +10,14 @@ import asyncio
 import orjson
 from aiohttp import web
 
+from orchestrator.api.preparation import prepare_generation
 from orchestrator.api.responses import Format, now
+from orchestrator.api.stall import watch_stalls
 from orchestrator.api.state import STATE
 from orchestrator.api.wire import _GenerationRequest
 from orchestrator.engine.request import TextDelta
 from orchestrator.errors import InfernoError, error_body, kind_of
 from orchestrator.lifecycle import InferenceRequest, RequestStatus
-from orchestrator.scheduler.settings import request_priority
 
 DONE = b"data: [DONE]\n\n"
 
@@ -37,10 +38,8 @@ async def serve_generation(
     http: web.Request, wire: _GenerationRequest, fmt: Format, id_prefix: str
 ) -> web.StreamResponse:
     state = http.app[STATE]
-    slot = state.scheduler.slot_for(wire.model)
-    engine = slot.engine
-    priority = request_priority(wire.service_tier, slot.settings.priority_class)
-    request = wire.to_inference_request(engine, id_prefix, priority.in_engine)
+    prepared = await prepare_generation(http, wire, id_prefix)  # the key's model and limits; the prompt
+    engine, priority, request = prepared.slot.engine, prepared.priority, prepared.request
     fmt = Format(fmt.object_name, fmt.chunk_name, fmt.chat, f"fp_{engine.manifest.build.fingerprint.split(':')[-1][:12]}")
     http_status = 200
     try:
@@ -92,6 +91,7 @@ async def _stream(
             if first_error is not None:
                 raise request.record(first_error).error
             response = await _open_stream(http)
+            stalls = watch_stalls(http)
             for choice in request.choices:
                 out += sse(fmt.chunk(request, created, choice.index, request.echo, role=True,
                                      include_usage=include_usage, continuous_usage=continuous_usage))
@@ -100,6 +100,7 @@ async def _stream(
             if choice.error is not None:
                 request.finish(RequestStatus.FINISHED_ERROR)
                 out += sse(error_body(choice.error)) + DONE
+                stalls.wrote(len(out))
                 await response.write(out)
                 return response
             if delta.text or delta.finish is not None or delta.logprobs:
@@ -115,9 +116,11 @@ async def _stream(
             if include_usage:
                 out += sse(fmt.usage_chunk(request, created))
             out += DONE
+            stalls.wrote(len(out))
             await response.write(out)
             await response.write_eof()
             return response
+        stalls.wrote(len(out))
         await response.write(out)
 
 

@@ -1,0 +1,136 @@
+"""Everything a generation request passes before it asks the scheduler for a lease, in order:
+
+1. the model, if the caller's key may use it (access.py; 404 otherwise, as for a model that does not exist);
+2. the model's `max_tokens` ceiling (models.toml): a request asking for more is refused (400) naming it;
+3. the priority class: the request's `service_tier`, else the key's class, else the model's; a key's class is
+   also the best its requests may ask for;
+4. the key's concurrent requests and requests per minute (429 with Retry-After);
+5. the prompt: a text prompt too long to fit whatever it tokenises to is refused before tokenising; then the
+   chat template and the tokenizer, on a thread for a big body (body.py); without max_tokens, each choice
+   may generate up to the ceiling (where one is set) or what the context leaves;
+6. the key's tokens per minute, for the prompt's tokens (429 with Retry-After).
+
+What the key's limiter took is settled when the request ends (accounting.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from orchestrator.access.keys import ANONYMOUS
+from orchestrator.api.access import model_slot
+from orchestrator.api.body import off_loop
+from orchestrator.api.record import RequestRecord, record_of
+from orchestrator.api.state import STATE
+from orchestrator.api.wire import CompletionRequest, _GenerationRequest
+from orchestrator.engine.catalogue import Engine
+from orchestrator.engine.request import TextDelta
+from orchestrator.errors import ContextLengthExceeded, InvalidRequest
+from orchestrator.lifecycle import InferenceRequest
+from orchestrator.scheduler.settings import Priority, request_priority
+from orchestrator.scheduler.slots import ModelSlot
+from orchestrator.text.prompt import PromptEncoder
+
+
+@dataclass(frozen=True)
+class Prepared:
+    slot: ModelSlot
+    priority: Priority
+    request: InferenceRequest
+
+
+async def prepare_generation(http: web.Request, wire: _GenerationRequest, id_prefix: str) -> Prepared:
+    """The checked inference request, its model's slot and its priority class; raises the taxonomy's errors
+    (404, 400, 429) as listed in this module's docstring."""
+    state, record = http.app[STATE], record_of(http)
+    record.generation = True
+    slot = model_slot(http, wire.model)
+    ceiling = slot.settings.max_tokens
+    _check_ceiling(wire, ceiling)
+    caller = record.caller or ANONYMOUS
+    priority = request_priority(wire.service_tier, slot.settings.priority_class, caller.priority)
+    if caller.limited:
+        limiter = state.limits.of(caller)
+        limiter.admit()
+        record.limiter = limiter
+    _check_prompt_chars(wire, slot.engine)
+    request = await off_loop(http, wire.to_inference_request, slot.engine, id_prefix, priority.in_engine)
+    if ceiling is not None and not _explicit_max_tokens(wire):
+        _apply_ceiling(request, ceiling)
+    record.inference = request
+    if record.limiter is not None:
+        record.tokens_taken = record.limiter.admit_tokens(request.prompt_tokens)
+    if state.audit.include_text:
+        _keep_text(record, wire, request)
+    return Prepared(slot, priority, request)
+
+
+def _explicit_max_tokens(wire: _GenerationRequest) -> bool:
+    return wire.max_tokens is not None or getattr(wire, "max_completion_tokens", None) is not None
+
+
+def _check_ceiling(wire: _GenerationRequest, ceiling: int | None) -> None:
+    if ceiling is None or not _explicit_max_tokens(wire):
+        return
+    asked = wire.requested_max_tokens()
+    if asked > ceiling:
+        param = wire.max_tokens_param()
+        raise InvalidRequest(
+            f"{param} is {asked}, more than this model allows ({ceiling} tokens per choice)", param=param
+        )
+
+
+def _apply_ceiling(request: InferenceRequest, ceiling: int) -> None:
+    """Without max_tokens, each choice generates at most `ceiling` tokens."""
+    for choice in request.choices:
+        asked = choice.engine_request
+        if asked.min_tokens > ceiling:
+            raise InvalidRequest(
+                f"min_tokens is {asked.min_tokens}, more than this model allows ({ceiling} tokens per choice)",
+                param="min_tokens",
+            )
+        if asked.max_new_tokens > ceiling:
+            choice.engine_request = dataclasses.replace(asked, max_new_tokens=ceiling)
+
+
+@functools.cache
+def longest_token_chars(prompts: PromptEncoder) -> int:
+    """No token of this tokenizer stands for more characters than this (its longest vocabulary entry)."""
+    return max(len(token) for token in prompts.tokenizer.get_vocab(with_added_tokens=True))
+
+
+def _check_prompt_chars(wire: _GenerationRequest, engine: Engine) -> None:
+    """A text prompt longer than the model's longest prompt could possibly be, in characters, is refused before
+    the tokenizer spends a second on it."""
+    if not isinstance(wire, CompletionRequest):
+        return
+    text = wire.prompt if isinstance(wire.prompt, str) else wire.prompt[0]
+    if not isinstance(text, str):
+        return  # token ids: counted as they are
+    limit = engine.manifest.limits.max_input_len
+    most = limit * longest_token_chars(engine.prompts)
+    if len(text) > most:
+        raise ContextLengthExceeded(
+            f"this model's maximum prompt length is {limit} tokens (at most {most} characters), "
+            f"but the prompt has {len(text)} characters",
+            param="prompt",
+        )
+
+
+def _keep_text(record: RequestRecord, wire: _GenerationRequest, request: InferenceRequest) -> None:
+    """For an audit log with text: the prompt, and every choice's text as it is delivered."""
+    record.prompt_text = (
+        wire.prompt if isinstance(wire, CompletionRequest) else [m.as_template_input() for m in wire.messages]
+    )
+    completions = record.completions = {c.engine_request.id: [] for c in request.choices}
+    deliver = request.deliver
+
+    def deliver_and_keep(delta: TextDelta) -> None:
+        completions[delta.request_id].append(delta.text)
+        deliver(delta)
+
+    request.deliver = deliver_and_keep  # the sink the generation path hands the worker
