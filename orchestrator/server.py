@@ -10,10 +10,12 @@ import sys
 from aiohttp import web
 
 from orchestrator import aio
-from orchestrator.api.app import build_app
+from orchestrator.access.keys import KeysError
+from orchestrator.api.app import build_app, runner_options
 from orchestrator.api.state import STATE
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import discover
+from orchestrator.scheduler.settings import SettingsError
 
 log = logging.getLogger("inferno")
 
@@ -24,12 +26,17 @@ async def serve(config: ServerConfig) -> int:
         problems = "; ".join(str(e) for e in catalogue.refused.values()) or f"no engine folders in {config.engines_dir}"
         log.error("nothing to serve: %s. Build one with: make build-engine MODEL=smollm2-135m", problems)
         return 2
-    app = build_app(config, catalogue)
+    try:
+        app = build_app(config, catalogue)
+    except (KeysError, SettingsError) as exc:
+        log.error("cannot start: %s", exc)
+        return 2
     runner = web.AppRunner(
         app,
         handler_cancellation=True,  # a client that goes away cancels its handler, and so its engine requests
         access_log=log if config.log_level == "debug" else None,
         shutdown_timeout=config.drain_timeout_s,
+        **runner_options(config),
     )
     await runner.setup()  # starts the scheduler: its initial loads begin
     site = web.TCPSite(runner, config.host, config.port, reuse_address=True)

@@ -93,7 +93,7 @@ def watch_stalls(http: web.Request) -> StallWatch:
     request_id = record_of(http).id
 
     def on_stall(buffered: int) -> None:
-        log.warning("request %s: the client read nothing for %.0f s with %d bytes waiting; ending its stream",
+        log.warning("request %s: the client read nothing for %g s with %d bytes waiting; ending its stream",
                     request_id, period_s, buffered)
 
     watch = StallWatch(transport, period_s, on_stall)
