@@ -44,7 +44,7 @@ async def read_json(http: web.Request) -> bytes:
         async with asyncio.timeout(limits.body_timeout_s):
             body = await http.read()  # aiohttp refuses a chunked body past client_max_size (413)
     except TimeoutError:
-        raise RequestTimeout(f"the request body did not arrive within {limits.body_timeout_s:.0f} s") from None
+        raise RequestTimeout(f"the request body did not arrive within {limits.body_timeout_s:g} s") from None
     record_of(http).body_bytes = len(body)
     return body
 
