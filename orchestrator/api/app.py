@@ -95,10 +95,16 @@ async def health(http: web.Request) -> web.Response:
 
 
 async def ready(http: web.Request) -> web.Response:
+    """200 while serving (see Scheduler.ready), else 503; every model's state, and the models whose last load
+    failed or whose worker died, with why and when they are tried again."""
     scheduler = http.app[STATE].scheduler
-    models = {model.name: model.state for model in scheduler.snapshot()}
-    status = 200 if scheduler.ready else 503
-    return json_response({"ready": scheduler.ready, "models": models}, status)
+    snapshot = scheduler.snapshot()
+    failing = {
+        m.name: {"state": m.state, "error": m.last_error, "retry_in_s": m.retry_in_s}
+        for m in snapshot if m.last_error is not None
+    }
+    body = {"ready": scheduler.ready, "models": {m.name: m.state for m in snapshot}, "failing": failing}
+    return json_response(body, 200 if scheduler.ready else 503)
 
 
 async def metrics(http: web.Request) -> web.Response:
