@@ -10,6 +10,8 @@ commands:
   serve             serve every engine under engines/ (inferno serve --help lists the settings)
   build MODEL       build an engine ahead of time (inferno build --help)
   models catalog    list the models that can be built
+  keys new NAME     make an API key and its keys-file entry (its hash)
+  keys hash         hash a key read from standard input, for a keys file
 """
 
 
@@ -28,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
         from build_scripts.cli import build_command
 
         return build_command(rest)
+    if command == "keys":
+        from orchestrator.access.keys_command import keys_command
+
+        return keys_command(rest)
     if command == "models" and rest[:1] == ["catalog"]:
         from build_scripts.cli import catalog_command
 

@@ -85,3 +85,25 @@ def test_mistakes_stop_the_server_with_the_reason(tmp_path, text, message):
 def test_a_missing_keys_file_is_an_error(tmp_path):
     with pytest.raises(KeysError, match=r"missing\.toml"):
         load_keys(AuthConfig(keys_file=tmp_path / "missing.toml"), MODELS)
+
+
+def test_keys_new_prints_a_key_and_the_entry_that_finds_it(tmp_path, capsys):
+    from orchestrator.access.keys_command import keys_command
+
+    assert keys_command(["new", "alice"]) == 0
+    out = capsys.readouterr().out
+    key = out.split("stored anywhere): ")[1].split()[0]
+    entry = out.split("\n\n", 1)[1]
+    assert key not in entry
+    assert load_keys(keys_file(tmp_path, entry), MODELS).find(key).name == "alice"
+
+
+def test_keys_hash_reads_the_key_from_standard_input(capsys, monkeypatch):
+    import io
+
+    from orchestrator.access.keys_command import keys_command
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("sk-test\n"))
+    assert keys_command(["hash"]) == 0
+    assert capsys.readouterr().out.strip() == hash_key("sk-test")
+    assert keys_command(["hash", "sk-test"]) == 2  # never from the command line
