@@ -15,8 +15,8 @@ from orchestrator.access.usage import UsageMeter
 from orchestrator.api.auth import OPEN_PATHS
 from orchestrator.api.record import RECORD, RequestRecord
 from orchestrator.lifecycle import InferenceRequest, RequestStatus
+from orchestrator.metrics.http_metrics import CLIENT_GONE
 
-CLIENT_GONE = 499  # the client went away before the response ended (nginx's convention)
 FINISH = {
     RequestStatus.FINISHED_STOPPED: "stop",
     RequestStatus.FINISHED_LENGTH: "length",

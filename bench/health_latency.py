@@ -1,0 +1,131 @@
+"""How long /health takes to answer while the server works on the biggest prompts it accepts.
+
+Starts the real server, pings /health every 10 ms from its own connection, and meanwhile sends, one after the
+other: a chat prompt that fills the model's context, a text prompt just under the longest one the server
+tokenises before refusing it, and a chat body of nearly `http.max_body_bytes` (tokenised, then refused as too
+long). The same run with `--inline` parses and tokenises everything on the event loop, for comparison.
+Writes JSON to bench/results/.
+
+    python -m bench.health_latency [--inline]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiohttp
+
+from bench.stats import percentile, rounded
+from orchestrator.launch import start_server
+
+MODEL = "smollm2-135m"
+PING_EVERY_S = 0.01
+MAX_BODY_BYTES = 4 * 2**20
+WORD = "The quick brown fox jumps over the lazy dog. "
+
+
+def text_of(chars: int) -> str:
+    return (WORD * (chars // len(WORD) + 1))[:chars]
+
+
+def workloads(max_input_len: int, longest_token_chars: int) -> dict[str, tuple[str, dict]]:
+    fills_context = text_of(max_input_len * 4)  # ~4 characters a token: close to the whole prompt budget
+    return {
+        "chat_filling_the_context": ("/v1/chat/completions", {
+            "model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": fills_context[: max_input_len * 4 - 400]}]}),
+        "text_prompt_at_the_character_bound": ("/v1/completions", {
+            "model": MODEL, "max_tokens": 1, "prompt": text_of(max_input_len * longest_token_chars - 10)}),
+        "chat_body_near_the_size_limit": ("/v1/chat/completions", {
+            "model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": text_of(MAX_BODY_BYTES - 4096)}]}),
+    }
+
+
+async def ping(session: aiohttp.ClientSession, url: str, stop: asyncio.Event) -> list[float]:
+    latencies = []
+    while not stop.is_set():
+        started = time.perf_counter()
+        async with session.get(url) as response:
+            await response.read()
+        latencies.append(time.perf_counter() - started)
+        await asyncio.sleep(PING_EVERY_S)
+    return latencies
+
+
+async def measure(base_url: str, path: str, body: dict) -> dict:
+    stop = asyncio.Event()
+    async with aiohttp.ClientSession() as pinger, aiohttp.ClientSession() as asker:
+        pinging = asyncio.create_task(ping(pinger, f"{base_url}/health", stop))
+        started = time.perf_counter()
+        async with asker.post(f"{base_url}{path}", json=body) as response:
+            status, answer = response.status, await response.json()
+        took = time.perf_counter() - started
+        stop.set()
+        latencies = await pinging
+    return {
+        "status": status,
+        "error_code": answer.get("error", {}).get("code") if isinstance(answer, dict) else None,
+        "request_s": rounded(took, 3),
+        "body_bytes": len(json.dumps(body)),
+        "health_pings": len(latencies),
+        "health_max_ms": rounded(max(latencies) * 1000, 2),
+        "health_p99_ms": rounded(percentile(latencies, 99) * 1000, 2),
+        "health_p50_ms": rounded(percentile(latencies, 50) * 1000, 2),
+    }
+
+
+async def measure_idle(base_url: str, seconds: float = 1.0) -> dict:
+    stop = asyncio.Event()
+    async with aiohttp.ClientSession() as pinger:
+        pinging = asyncio.create_task(ping(pinger, f"{base_url}/health", stop))
+        await asyncio.sleep(seconds)
+        stop.set()
+        latencies = await pinging
+    return {"health_pings": len(latencies), "health_max_ms": rounded(max(latencies) * 1000, 2),
+            "health_p99_ms": rounded(percentile(latencies, 99) * 1000, 2),
+            "health_p50_ms": rounded(percentile(latencies, 50) * 1000, 2)}
+
+
+async def run(base_url: str, engine_dir: Path) -> dict:
+    from orchestrator.api.preparation import longest_token_chars
+    from orchestrator.engine.manifest import load_manifest
+    from orchestrator.text.prompt import PromptEncoder
+
+    limit = load_manifest(engine_dir).limits.max_input_len
+    results = {"idle": await measure_idle(base_url)}
+    for name, (path, body) in workloads(limit, longest_token_chars(PromptEncoder(engine_dir))).items():
+        results[name] = await measure(base_url, path, body)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--inline", action="store_true", help="parse and tokenise every body on the event loop")
+    parser.add_argument("--engines-dir", default="engines")
+    args = parser.parse_args()
+    engines = Path(args.engines_dir)
+    flags = ["--models", MODEL, "--http.max-body-bytes", str(MAX_BODY_BYTES)]
+    if args.inline:
+        flags += ["--http.inline-body-bytes", str(MAX_BODY_BYTES)]
+    with tempfile.TemporaryDirectory() as scratch:
+        server = start_server(engines, Path(scratch) / "server.log", *flags, timeout_s=300)
+        try:
+            results = asyncio.run(run(server.base_url, engines / MODEL))
+        finally:
+            server.stop()
+    report = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "inline": args.inline, "results": results}
+    out = Path("bench/results") / f"health_latency-{'inline' if args.inline else 'threaded'}-{int(time.time())}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
