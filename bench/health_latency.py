@@ -60,7 +60,8 @@ async def ping(session: aiohttp.ClientSession, url: str, stop: asyncio.Event) ->
 
 async def measure(base_url: str, path: str, body: dict) -> dict:
     stop = asyncio.Event()
-    async with aiohttp.ClientSession() as pinger, aiohttp.ClientSession() as asker:
+    no_limit = aiohttp.ClientTimeout(total=None)
+    async with aiohttp.ClientSession(timeout=no_limit) as pinger, aiohttp.ClientSession(timeout=no_limit) as asker:
         pinging = asyncio.create_task(ping(pinger, f"{base_url}/health", stop))
         started = time.perf_counter()
         async with asker.post(f"{base_url}{path}", json=body) as response:
@@ -101,6 +102,7 @@ async def run(base_url: str, engine_dir: Path) -> dict:
     results = {"idle": await measure_idle(base_url)}
     for name, (path, body) in workloads(limit, longest_token_chars(PromptEncoder(engine_dir))).items():
         results[name] = await measure(base_url, path, body)
+        print(name, results[name], file=sys.stderr, flush=True)
     return results
 
 

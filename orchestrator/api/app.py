@@ -30,6 +30,7 @@ from orchestrator.api.error_handling import errors_middleware, stamp_request_id
 from orchestrator.api.generation import serve_generation
 from orchestrator.api.http import json_response
 from orchestrator.api.origins import origins_middleware, stamp_cors
+from orchestrator.api.preparation import most_prompt_chars
 from orchestrator.api.responses import Format
 from orchestrator.api.state import STATE, AppState
 from orchestrator.api.tokenize import detokenize, tokenize
@@ -120,6 +121,8 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
         backends = tuple(sorted({e.manifest.backend for e in catalogue.engines.values()}))
         workers = WorkerPool.for_config(config, backends, cores=os.cpu_count() or 1)
     keys = load_keys(config.auth, list(catalogue.engines))
+    for engine in catalogue.engines.values():
+        most_prompt_chars(engine)  # read each tokenizer's vocabulary now, not during the first request
     scheduler = Scheduler(config, catalogue, workers, events=SchedulerMetrics(registry, catalogue.engines))
     engine_collector = EngineCollector(scheduler)
     registry.register(engine_collector)

@@ -5,9 +5,10 @@
 3. the priority class: the request's `service_tier`, else the key's class, else the model's; a key's class is
    also the best its requests may ask for;
 4. the key's concurrent requests and requests per minute (429 with Retry-After);
-5. the prompt: a text prompt too long to fit whatever it tokenises to is refused before tokenising; then the
-   chat template and the tokenizer, on a thread for a big body (body.py); without max_tokens, each choice
-   may generate up to the ceiling (where one is set) or what the context leaves;
+5. the prompt: one too long in characters to fit whatever it tokenises to is refused before tokenising (looked
+   at only for bodies that could hold one); then the chat template and the tokenizer, on a thread for a big
+   body (body.py); without max_tokens, each choice may generate up to the ceiling (where one is set) or what
+   the context leaves;
 6. the key's tokens per minute, for the prompt's tokens (429 with Retry-After).
 
 What the key's limiter took is settled when the request ends (accounting.py).
@@ -57,7 +58,7 @@ async def prepare_generation(http: web.Request, wire: _GenerationRequest, id_pre
         limiter = state.limits.of(caller)
         limiter.admit()
         record.limiter = limiter
-    _check_prompt_chars(wire, slot.engine)
+    await off_loop(http, _check_prompt_chars, wire, slot.engine, record.body_bytes)
     request = await off_loop(http, wire.to_inference_request, slot.engine, id_prefix, priority.in_engine)
     if ceiling is not None and not _explicit_max_tokens(wire):
         _apply_ceiling(request, ceiling)
@@ -103,21 +104,35 @@ def longest_token_chars(prompts: PromptEncoder) -> int:
     return max(len(token) for token in prompts.tokenizer.get_vocab(with_added_tokens=True))
 
 
-def _check_prompt_chars(wire: _GenerationRequest, engine: Engine) -> None:
-    """A text prompt longer than the model's longest prompt could possibly be, in characters, is refused before
-    the tokenizer spends a second on it."""
-    if not isinstance(wire, CompletionRequest):
-        return
-    text = wire.prompt if isinstance(wire.prompt, str) else wire.prompt[0]
-    if not isinstance(text, str):
-        return  # token ids: counted as they are
-    limit = engine.manifest.limits.max_input_len
-    most = limit * longest_token_chars(engine.prompts)
-    if len(text) > most:
+def _prompt_text_if_it_may_be_too_long(wire: _GenerationRequest, engine: Engine, body_bytes: int) -> str | None:
+    """The prompt's text, when a body this large could hold one too long for the model; else None (the
+    common case: nothing is done twice). A chat prompt is rendered by the template for this."""
+    if body_bytes <= most_prompt_chars(engine):
+        return None
+    if isinstance(wire, CompletionRequest):
+        text = wire.prompt if isinstance(wire.prompt, str) else wire.prompt[0]
+        return text if isinstance(text, str) else None  # token ids are counted as they are
+    messages = [m.as_template_input() for m in wire.messages]
+    return engine.prompts.render_chat(messages, getattr(wire, "chat_template_kwargs", None) or {})
+
+
+def most_prompt_chars(engine: Engine) -> int:
+    """No prompt the model takes is longer than this, in characters: its longest prompt in tokens times the
+    most characters one token stands for."""
+    return engine.manifest.limits.max_input_len * longest_token_chars(engine.prompts)
+
+
+def _check_prompt_chars(wire: _GenerationRequest, engine: Engine, body_bytes: int) -> None:
+    """A prompt longer than any the model could take, in characters, is refused before the tokenizer spends
+    seconds on it (and the event loop's thread time on the huge result)."""
+    text = _prompt_text_if_it_may_be_too_long(wire, engine, body_bytes)
+    most = most_prompt_chars(engine)
+    if text is not None and len(text) > most:
+        limit = engine.manifest.limits.max_input_len
         raise ContextLengthExceeded(
             f"this model's maximum prompt length is {limit} tokens (at most {most} characters), "
             f"but the prompt has {len(text)} characters",
-            param="prompt",
+            param=wire.PROMPT_PARAM,
         )
 
 

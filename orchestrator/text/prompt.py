@@ -42,6 +42,17 @@ class PromptEncoder:
             template = config.get("chat_template")
             self.chat_template = template if isinstance(template, str) else None
 
+    def render_chat(
+        self, messages: list[dict], template_kwargs: dict | None = None, add_generation_prompt: bool = True
+    ) -> str:
+        """The prompt text the chat template makes of `messages`."""
+        if self.chat_template is None:
+            raise InvalidRequest(
+                "this model has no chat template: use /v1/completions with a plain prompt", param="messages"
+            )
+        variables = {**(template_kwargs or {}), **self.special_tokens}
+        return render_chat(self.chat_template, messages, variables, add_generation_prompt)
+
     def encode_chat(
         self,
         messages: list[dict],
@@ -49,12 +60,7 @@ class PromptEncoder:
         add_generation_prompt: bool = True,
         add_special_tokens: bool = False,
     ) -> list[int]:
-        if self.chat_template is None:
-            raise InvalidRequest(
-                "this model has no chat template: use /v1/completions with a plain prompt", param="messages"
-            )
-        variables = {**(template_kwargs or {}), **self.special_tokens}
-        text = render_chat(self.chat_template, messages, variables, add_generation_prompt)
+        text = self.render_chat(messages, template_kwargs, add_generation_prompt)
         # The template already wrote every special token the model expects.
         return self.encode_text(text, add_special_tokens)
 

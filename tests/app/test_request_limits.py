@@ -89,18 +89,20 @@ def test_a_body_that_does_not_arrive_in_time_is_a_408(catalogue):
     assert b'"code":"request_timeout"' in body and b"the request body did not arrive within 0.2 s" in body
 
 
-def test_a_text_prompt_longer_than_any_fitting_prompt_is_refused_before_tokenising(catalogue, monkeypatch):
+@pytest.mark.parametrize("path, param", [("/v1/completions", "prompt"), ("/v1/chat/completions", "messages")])
+def test_a_prompt_longer_than_any_fitting_prompt_is_refused_before_tokenising(catalogue, monkeypatch, path, param):
     [engine] = catalogue.engines.values()
     monkeypatch.setattr(engine.prompts, "encode_text", lambda *_: pytest.fail("the prompt was tokenised"))
     limit = engine.manifest.limits.max_input_len
+    text = "ab" * (limit * 50)
 
     async def go():
         async with running_app(catalogue) as app:
-            prompt = "ab" * (limit * 50)
-            response = await app.client.post("/v1/completions", json={"model": engine.name, "prompt": prompt})
-            return response.status, await response.json(), len(prompt)
+            prompt = {"prompt": text} if param == "prompt" else {"messages": [{"role": "user", "content": text}]}
+            response = await app.client.post(path, json={"model": engine.name, **prompt})
+            return response.status, await response.json()
 
-    status, body, chars = asyncio.run(go())
-    assert status == 400 and body["error"]["code"] == "context_length_exceeded"
+    status, body = asyncio.run(go())
+    assert status == 400 and body["error"]["code"] == "context_length_exceeded" and body["error"]["param"] == param
     assert f"maximum prompt length is {limit} tokens" in body["error"]["message"]
-    assert f"but the prompt has {chars} characters" in body["error"]["message"]
+    assert "but the prompt has" in body["error"]["message"] and "characters" in body["error"]["message"]
