@@ -1,10 +1,8 @@
 """How long /health takes to answer while the server works on the biggest prompts it accepts.
 
-Starts the real server, pings /health every 10 ms from its own connection, and meanwhile sends, one after the
-other: a chat prompt that fills the model's context, a text prompt just under the longest one the server
-tokenises before refusing it, and a chat body of nearly `http.max_body_bytes` (tokenised, then refused as too
-long). The same run with `--inline` parses and tokenises everything on the event loop, for comparison.
-Writes JSON to bench/results/.
+Starts the real server, pings /health every 10 ms from its own connection, and meanwhile sends the requests
+of `workloads` one after the other. The same run with `--inline` parses and tokenises everything on the
+event loop, for comparison. Writes JSON to bench/results/.
 
     python -m bench.health_latency [--inline]
 """
@@ -21,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
+import orjson
 
 from bench.stats import percentile, rounded
 from orchestrator.launch import start_server
@@ -35,15 +34,22 @@ def text_of(chars: int) -> str:
     return (WORD * (chars // len(WORD) + 1))[:chars]
 
 
-def workloads(max_input_len: int, longest_token_chars: int) -> dict[str, tuple[str, dict]]:
-    fills_context = text_of(max_input_len * 4)  # ~4 characters a token: close to the whole prompt budget
+def workloads(max_input_len: int, most_chars: int) -> dict[str, tuple[str, dict]]:
+    """What the HTTP process does for the biggest prompts, without the engine's prefill (which runs in the
+    worker process): tokenising a chat that fills the context; a chat and a text prompt just under the
+    character bound (tokenised in full, then refused as too long); a chat body near the size limit (refused
+    by the character bound, before tokenising)."""
+    def chat(text: str) -> list[dict]:
+        return [{"role": "user", "content": text}]
+
     return {
-        "chat_filling_the_context": ("/v1/chat/completions", {
-            "model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": fills_context[: max_input_len * 4 - 400]}]}),
-        "text_prompt_at_the_character_bound": ("/v1/completions", {
-            "model": MODEL, "max_tokens": 1, "prompt": text_of(max_input_len * longest_token_chars - 10)}),
+        "tokenize_chat_filling_the_context": ("/tokenize", {"model": MODEL, "messages": chat(text_of(max_input_len * 4 - 400))}),
+        "chat_just_under_the_character_bound": ("/v1/chat/completions", {
+            "model": MODEL, "max_tokens": 1, "messages": chat(text_of(most_chars - 500))}),
+        "text_just_under_the_character_bound": ("/v1/completions", {
+            "model": MODEL, "max_tokens": 1, "prompt": text_of(most_chars - 10)}),
         "chat_body_near_the_size_limit": ("/v1/chat/completions", {
-            "model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": text_of(MAX_BODY_BYTES - 4096)}]}),
+            "model": MODEL, "max_tokens": 1, "messages": chat(text_of(MAX_BODY_BYTES - 4096))}),
     }
 
 
@@ -59,12 +65,15 @@ async def ping(session: aiohttp.ClientSession, url: str, stop: asyncio.Event) ->
 
 
 async def measure(base_url: str, path: str, body: dict) -> dict:
+    """/health latencies while `body` is posted; the body is serialised first, so that the pinger (on this
+    same event loop) is not held up by the client's own work."""
+    data = orjson.dumps(body)
     stop = asyncio.Event()
     no_limit = aiohttp.ClientTimeout(total=None)
     async with aiohttp.ClientSession(timeout=no_limit) as pinger, aiohttp.ClientSession(timeout=no_limit) as asker:
         pinging = asyncio.create_task(ping(pinger, f"{base_url}/health", stop))
         started = time.perf_counter()
-        async with asker.post(f"{base_url}{path}", json=body) as response:
+        async with asker.post(f"{base_url}{path}", data=data, headers={"Content-Type": "application/json"}) as response:
             status, answer = response.status, await response.json()
         took = time.perf_counter() - started
         stop.set()
@@ -73,7 +82,7 @@ async def measure(base_url: str, path: str, body: dict) -> dict:
         "status": status,
         "error_code": answer.get("error", {}).get("code") if isinstance(answer, dict) else None,
         "request_s": rounded(took, 3),
-        "body_bytes": len(json.dumps(body)),
+        "body_bytes": len(data),
         "health_pings": len(latencies),
         "health_max_ms": rounded(max(latencies) * 1000, 2),
         "health_p99_ms": rounded(percentile(latencies, 99) * 1000, 2),
@@ -94,13 +103,12 @@ async def measure_idle(base_url: str, seconds: float = 1.0) -> dict:
 
 
 async def run(base_url: str, engine_dir: Path) -> dict:
-    from orchestrator.api.preparation import longest_token_chars
-    from orchestrator.engine.manifest import load_manifest
-    from orchestrator.text.prompt import PromptEncoder
+    from orchestrator.api.preparation import most_prompt_chars
+    from orchestrator.engine.catalogue import discover
 
-    limit = load_manifest(engine_dir).limits.max_input_len
+    engine = discover(engine_dir.parent, (engine_dir.name,)).engines[engine_dir.name]
     results = {"idle": await measure_idle(base_url)}
-    for name, (path, body) in workloads(limit, longest_token_chars(PromptEncoder(engine_dir))).items():
+    for name, (path, body) in workloads(engine.manifest.limits.max_input_len, most_prompt_chars(engine)).items():
         results[name] = await measure(base_url, path, body)
         print(name, results[name], file=sys.stderr, flush=True)
     return results
