@@ -11,6 +11,8 @@ commands:
   build MODEL       build an engine ahead of time (inferno build --help)
   models catalog    list the models that can be built
   bench             benchmark an OpenAI-compatible server (inferno bench --help)
+  keys new NAME     make an API key and its keys-file entry (its hash)
+  keys hash         hash a key read from standard input, for a keys file
 """
 
 
@@ -33,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.bench.cli import bench_command
 
         return bench_command(rest)
+    if command == "keys":
+        from orchestrator.access.keys_command import keys_command
+
+        return keys_command(rest)
     if command == "models" and rest[:1] == ["catalog"]:
         from build_scripts.cli import catalog_command
 

@@ -54,6 +54,9 @@ class SchedulingConfig(_Section):
         1024, ge=1, description="requests running at once on the device, shared by weighted fair share"
     )
     keep_alive_s: float = Field(-1, ge=-1, description="idle seconds before a model is unloaded; 0 at once, -1 never")
+    max_tokens: int | None = Field(
+        None, ge=1, description="most tokens one choice may generate; also the default when a request gives none"
+    )
     preload: Literal["fit", "pinned"] = Field(
         "fit", description="at start load pinned models, then (fit) every other model that fits without eviction"
     )
@@ -77,9 +80,51 @@ class StructuredConfig(_Section):
     cache_entries: int = Field(4096, ge=1, description="grammar check outcomes remembered, by content")
 
 
+class HttpConfig(_Section):
+    """The HTTP front door: body limits, connection deadlines, browser origins."""
+
+    max_body_bytes: int = Field(4 * 2**20, ge=1024, description="largest request body accepted (413 beyond it)")
+    inline_body_bytes: int = Field(
+        4096, ge=0, description="bodies up to this size are parsed and tokenised on the event loop, larger ones "
+        "on a thread, so that one big prompt never holds up other requests",
+    )
+    body_timeout_s: float = Field(60.0, gt=0, description="the whole request body must arrive within this (408)")
+    header_timeout_s: float = Field(
+        30.0, gt=0, description="close a connection that sends no complete request head this long after it opens "
+        "or after its last response (slow senders; also the keep-alive idle time)",
+    )
+    stall_timeout_s: float = Field(
+        30.0, gt=0, description="cancel a stream whose client has read nothing for this long while output waits "
+        "(its engine slot goes to others)",
+    )
+    allowed_origins: tuple[str, ...] = Field(
+        (), description="browser origins allowed to call the API (CORS), e.g. https://app.example.com, or *; "
+        "requests from any other origin get 403 (default: none)",
+    )
+
+
 class AuthConfig(_Section):
-    api_keys: tuple[str, ...] = Field((), description="bearer keys accepted on /v1 (default: open)")
-    admin_key: str | None = Field(None, description="bearer key for /admin (default: open unless api_keys are set)")
+    """API keys: best from a keys file (see docs/security.md); the two plain settings below remain for
+    compatibility and are best given as INFERNO_AUTH__* variables, never on a command line."""
+
+    keys_file: Path | None = Field(
+        None, description="TOML or JSON file of named API keys (hashed), with per-key models and limits"
+    )
+    api_keys: tuple[str, ...] = Field(
+        (), description="bearer keys accepted on /v1, plain or sha256:<hex> (prefer --auth.keys-file)"
+    )
+    admin_key: str | None = Field(
+        None, description="bearer key for /admin, plain or sha256:<hex> (default: open unless keys are set)"
+    )
+
+
+class AuditConfig(_Section):
+    """One JSON line per API request: who, which model, tokens, status, latency."""
+
+    file: Path | None = Field(None, description="append the audit log to this file (default: no audit log)")
+    include_text: bool = Field(
+        False, description="also record prompts and completions (off: the log never holds request text)"
+    )
 
 
 class ServerConfig(BaseSettings):
@@ -105,8 +150,10 @@ class ServerConfig(BaseSettings):
     worker: WorkerConfig = WorkerConfig()
     scheduling: SchedulingConfig = SchedulingConfig()
     memory: MemoryConfig = MemoryConfig()
+    http: HttpConfig = HttpConfig()
     auth: AuthConfig = AuthConfig()
     structured: StructuredConfig = StructuredConfig()
+    audit: AuditConfig = AuditConfig()
 
 
 def load_config(argv: list[str] | None = None) -> ServerConfig:

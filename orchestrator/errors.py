@@ -48,6 +48,26 @@ class Unauthorized(InfernoError):
     """Missing or wrong API key."""
 
 
+class OriginNotAllowed(InfernoError):
+    """A browser request from an origin the server is not configured to allow (CORS)."""
+
+
+class RequestTimeout(InfernoError):
+    """The request body did not arrive in time."""
+
+
+class PayloadTooLarge(InfernoError):
+    """The request body is larger than the server accepts."""
+
+
+class UnsupportedMediaType(InfernoError):
+    """A request body that is not JSON."""
+
+
+class RateLimited(InfernoError):
+    """The API key's requests or tokens per minute, or its concurrent requests, are used up: retry later."""
+
+
 class QueueFull(InfernoError):
     """The model's queue is full: try again shortly."""
 
@@ -97,10 +117,15 @@ ERROR_TABLE: dict[type[InfernoError], ErrorKind] = {
     UnsupportedParameter: ErrorKind(400, "invalid_request_error", "unsupported_parameter"),
     ContextLengthExceeded: ErrorKind(400, "invalid_request_error", "context_length_exceeded"),
     Unauthorized: ErrorKind(401, "authentication_error", "invalid_api_key"),
+    OriginNotAllowed: ErrorKind(403, "invalid_request_error", "origin_not_allowed"),
     NotFound: ErrorKind(404, "invalid_request_error", "not_found"),
     ModelNotFound: ErrorKind(404, "invalid_request_error", "model_not_found"),
     MethodNotAllowed: ErrorKind(405, "invalid_request_error", "method_not_allowed"),
+    RequestTimeout: ErrorKind(408, "invalid_request_error", "request_timeout"),
+    PayloadTooLarge: ErrorKind(413, "invalid_request_error", "payload_too_large"),
+    UnsupportedMediaType: ErrorKind(415, "invalid_request_error", "unsupported_media_type"),
     QueueFull: ErrorKind(429, "rate_limit_error", "queue_full"),
+    RateLimited: ErrorKind(429, "rate_limit_error", "rate_limit_exceeded"),
     EngineError: ErrorKind(500, "server_error", "engine_error"),
     ModelUnavailable: ErrorKind(503, "service_unavailable", "model_unavailable"),
     BackendUnavailable: ErrorKind(503, "service_unavailable", "backend_unavailable"),
@@ -119,14 +144,18 @@ def kind_of(error: BaseException) -> ErrorKind:
     return ERROR_TABLE[InternalError]
 
 
-def error_body(error: BaseException) -> dict:
-    """OpenAI's error object for any exception; unknown ones are reported without internals."""
+def error_body(error: BaseException, request_id: str | None = None) -> dict:
+    """OpenAI's error object for any exception; unknown ones are reported without internals. With a
+    `request_id`, the error carries it too (the id the server's log and audit log know the request by)."""
     kind = kind_of(error)
     if isinstance(error, InfernoError):
         message, param = error.message, error.param
     else:
         message, param = "internal server error", None
-    return {"error": {"message": message, "type": kind.type, "param": param, "code": kind.code}}
+    body = {"message": message, "type": kind.type, "param": param, "code": kind.code}
+    if request_id is not None:
+        body["request_id"] = request_id
+    return {"error": body}
 
 
 # Errors cross the worker boundary by name, so the HTTP process re-raises the same class.

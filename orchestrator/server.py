@@ -10,11 +10,13 @@ import sys
 from aiohttp import web
 
 from orchestrator import aio
-from orchestrator.api.app import build_app
+from orchestrator.access.keys import KeysError
+from orchestrator.api.app import build_app, runner_options
 from orchestrator.api.state import STATE
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import discover
 from orchestrator.scheduler.scheduler import FAREWELL_S
+from orchestrator.scheduler.settings import SettingsError
 from orchestrator.sim.device import MixedEngines
 
 log = logging.getLogger("inferno")
@@ -31,11 +33,15 @@ async def serve(config: ServerConfig) -> int:
     except MixedEngines as exc:
         log.error("cannot serve these engines together: %s", exc)
         return 2
+    except (KeysError, SettingsError) as exc:
+        log.error("cannot start: %s", exc)
+        return 2
     runner = web.AppRunner(
         app,
         handler_cancellation=True,  # a client that goes away cancels its handler, and so its engine requests
         access_log=log if config.log_level == "debug" else None,
         shutdown_timeout=FAREWELL_S,  # the scheduler's drain has run by then: handlers are finishing
+        **runner_options(config),
     )
     await runner.setup()  # starts the scheduler: its initial loads begin
     site = web.TCPSite(runner, config.host, config.port, reuse_address=True)

@@ -1,4 +1,5 @@
-"""The admin API: see and steer model placement by hand, under the same ledger rules as requests."""
+"""The admin API: see and steer model placement by hand, under the same ledger rules as requests; and each API
+key's usage and limits."""
 
 from __future__ import annotations
 
@@ -38,6 +39,34 @@ async def list_models(http: web.Request) -> web.Response:
     return web.json_response(_describe(http))
 
 
+async def usage(http: web.Request) -> web.Response:
+    """Per API key name (never the key): its limits, what it is using now, and its totals since the server
+    started, overall and per model."""
+    state = http.app[STATE]
+    live, report = state.limits.live(), state.usage.report()
+    policies = {policy.name: policy for policy in state.keys.policies}
+    keys = {}
+    for name in sorted(set(policies) | set(report)):
+        policy = policies.get(name)
+        limits = None
+        if policy is not None:
+            limits = {
+                "models": None if policy.models is None else sorted(policy.models),
+                "requests_per_minute": policy.requests_per_minute,
+                "tokens_per_minute": policy.tokens_per_minute,
+                "max_concurrent": policy.max_concurrent,
+                "priority": None if policy.priority is None else policy.priority.name.lower(),
+                "admin": policy.admin,
+            }
+        now = live.get(name)
+        keys[name] = {
+            "limits": limits,
+            "now": asdict(now) if now is not None else None,
+            **report.get(name, {"total": None, "models": {}}),
+        }
+    return web.json_response({"keys": keys})
+
+
 async def load_model(http: web.Request) -> web.Response:
     snapshot = await http.app[STATE].scheduler.load(http.match_info["model"])
     return web.json_response(asdict(snapshot))
@@ -60,6 +89,7 @@ async def unpin_model(http: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/admin/models", list_models)
+    app.router.add_get("/admin/usage", usage)
     app.router.add_post("/admin/models/{model}/load", load_model)
     app.router.add_post("/admin/models/{model}/unload", unload_model)
     app.router.add_post("/admin/models/{model}/pin", pin_model)

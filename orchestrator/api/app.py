@@ -1,4 +1,7 @@
-"""The aiohttp application: routes, the error middleware, and the start/stop of the scheduler.
+"""The aiohttp application: routes, middlewares, and the start/stop of the scheduler.
+
+Middlewares, outermost first: HTTP metrics; accounting (the request's record and id, settled last: key
+limits, usage, audit log); errors (everything as OpenAI's JSON error); browser origins (CORS); API keys.
 
 The scheduler starts with the app (its initial loads run in a task, so the server listens while models
 load) and stops in the app's cleanup: on shutdown it drains first, then stops every worker.
@@ -7,18 +10,28 @@ load) and stops in the app's cleanup: on shutdown it drains first, then stops ev
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
+import time
 from datetime import datetime
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from orchestrator.access.audit import AuditLog
+from orchestrator.access.keys import load_keys
+from orchestrator.access.limits import Limits
+from orchestrator.access.usage import UsageMeter
 from orchestrator.api import admin
+from orchestrator.api.access import model_slot, visible_models
+from orchestrator.api.accounting import accounting_middleware
 from orchestrator.api.auth import auth_middleware
+from orchestrator.api.body import parse
+from orchestrator.api.error_handling import errors_middleware, stamp_request_id
 from orchestrator.api.generation import serve_generation
-from orchestrator.api.http import error_response, json_response, parse
+from orchestrator.api.http import json_response
 from orchestrator.api.openapi import openapi
+from orchestrator.api.origins import origins_middleware, stamp_cors
+from orchestrator.api.preparation import most_prompt_chars
 from orchestrator.api.responses import Format
 from orchestrator.api.state import STATE, AppState
 from orchestrator.api.tokenize import detokenize, tokenize
@@ -26,7 +39,6 @@ from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import Catalogue
 from orchestrator.engine.manifest import EngineManifest
-from orchestrator.errors import InfernoError, MethodNotAllowed, NotFound
 from orchestrator.metrics.engine_collector import EngineCollector
 from orchestrator.metrics.http_metrics import http_metrics_middleware
 from orchestrator.metrics.registry import new_registry
@@ -38,8 +50,6 @@ from orchestrator.scheduler.scheduler import Scheduler
 from orchestrator.structured.checker import GrammarChecker
 from orchestrator.worker.handle import WorkerSource
 from orchestrator.worker.pool import WorkerPool
-
-log = logging.getLogger(__name__)
 
 CHAT = Format("chat.completion", "chat.completion.chunk", chat=True)
 TEXT = Format("text_completion", "text_completion", chat=False)
@@ -68,21 +78,22 @@ def _model_card(model: ModelSnapshot, manifest: EngineManifest) -> dict:
     }
 
 
-def _model_cards(state: AppState) -> dict[str, dict]:
+def _model_cards(state: AppState, names: list[str]) -> dict[str, dict]:
     engines = state.catalogue.engines
-    return {m.name: _model_card(m, engines[m.name].manifest) for m in state.scheduler.snapshot()}
+    return {m.name: _model_card(m, engines[m.name].manifest) for m in state.scheduler.snapshot() if m.name in names}
 
 
 async def list_models(http: web.Request) -> web.Response:
-    cards = _model_cards(http.app[STATE])
-    return json_response({"object": "list", "data": [cards[name] for name in sorted(cards)]})
+    """The models the caller's key may use."""
+    names = visible_models(http)
+    cards = _model_cards(http.app[STATE], names)
+    return json_response({"object": "list", "data": [cards[name] for name in names]})
 
 
 async def get_model(http: web.Request) -> web.Response:
-    state = http.app[STATE]
     name = http.match_info["model"]
-    state.scheduler.slot_for(name)  # 404 / 503 with the reason
-    return json_response(_model_cards(state)[name])
+    model_slot(http, name)  # 404 (also for a model the key may not use) / 503 with the reason
+    return json_response(_model_cards(http.app[STATE], [name])[name])
 
 
 async def health(http: web.Request) -> web.Response:
@@ -90,10 +101,16 @@ async def health(http: web.Request) -> web.Response:
 
 
 async def ready(http: web.Request) -> web.Response:
+    """200 while serving (see Scheduler.ready), else 503; every model's state, and the models whose last load
+    failed or whose worker died, with why and when they are tried again."""
     scheduler = http.app[STATE].scheduler
-    models = {model.name: model.state for model in scheduler.snapshot()}
-    status = 200 if scheduler.ready else 503
-    return json_response({"ready": scheduler.ready, "models": models}, status)
+    snapshot = scheduler.snapshot()
+    failing = {
+        m.name: {"state": m.state, "error": m.last_error, "retry_in_s": m.retry_in_s}
+        for m in snapshot if m.last_error is not None
+    }
+    body = {"ready": scheduler.ready, "models": {m.name: m.state for m in snapshot}, "failing": failing}
+    return json_response(body, 200 if scheduler.ready else 503)
 
 
 async def metrics(http: web.Request) -> web.Response:
@@ -102,44 +119,36 @@ async def metrics(http: web.Request) -> web.Response:
     return web.Response(body=generate_latest(state.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-# -- middlewares --------------------------------------------------------------------------------------------
-@web.middleware
-async def errors_middleware(http: web.Request, handler) -> web.StreamResponse:
-    """Every error as OpenAI's JSON error, with the status from the one table (errors.py)."""
-    try:
-        return await handler(http)
-    except InfernoError as exc:
-        return error_response(exc)
-    except web.HTTPNotFound:
-        return error_response(NotFound(f"no such endpoint: {http.method} {http.path}"))
-    except web.HTTPMethodNotAllowed:
-        return error_response(MethodNotAllowed(f"{http.method} is not allowed on {http.path}"))
-    except (web.HTTPException, ConnectionResetError):
-        raise  # aiohttp's own answers (413 ...); a client that went away hears nothing
-    except Exception as exc:
-        log.exception("unexpected error on %s %s", http.method, http.path)
-        if http.writer.output_size > 0:
-            raise  # a stream has begun: aiohttp closes the connection
-        return error_response(exc)
-
-
 def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource | None = None) -> web.Application:
     """The app over the catalogue's models; `workers` defaults to worker processes with a spare kept ready."""
     registry = new_registry()
     if workers is None:
         backends = tuple(sorted({e.manifest.backend for e in catalogue.engines.values()}))
         workers = WorkerPool.for_config(config, backends, cores=os.cpu_count() or 1)
+    keys = load_keys(config.auth, list(catalogue.engines))
+    for engine in catalogue.engines.values():
+        most_prompt_chars(engine)  # read each tokenizer's vocabulary now, not during the first request
     scheduler = Scheduler(config, catalogue, workers, events=SchedulerMetrics(registry, catalogue.engines))
     engine_collector = EngineCollector(scheduler)
     registry.register(engine_collector)
     register_simulation_info(registry, catalogue.engines)
-    app = web.Application(
-        middlewares=[http_metrics_middleware(registry), errors_middleware, auth_middleware(config.auth)],
-        client_max_size=64 * 2**20,
-    )
+    usage, audit = UsageMeter(registry), AuditLog(config.audit.file, config.audit.include_text)
     grammar = GrammarChecker(time_limit_s=config.structured.compile_timeout_s,
                              cache_entries=config.structured.cache_entries)
-    app[STATE] = AppState(config, catalogue, scheduler, registry, RequestMetrics(registry), engine_collector, grammar)
+    app = web.Application(
+        middlewares=[
+            http_metrics_middleware(registry),
+            accounting_middleware(usage, audit),  # first in, last out: the request's record and its settling
+            errors_middleware,
+            origins_middleware(config.http.allowed_origins),
+            auth_middleware(keys),
+        ],
+        client_max_size=config.http.max_body_bytes,
+    )
+    app[STATE] = AppState(
+        config, catalogue, scheduler, registry, RequestMetrics(registry), engine_collector, grammar,
+        keys=keys, limits=Limits(time.monotonic), usage=usage, audit=audit,
+    )
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/tokenize", tokenize)
@@ -151,9 +160,15 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
     app.router.add_get("/ready", ready)
     app.router.add_get("/metrics", metrics)
     admin.add_routes(app)
+    app.on_response_prepare.extend([stamp_request_id, stamp_cors])
     app.on_shutdown.append(_drain_on_shutdown)
     app.cleanup_ctx.append(_scheduler_lifetime)
     return app
+
+
+def runner_options(config: ServerConfig) -> dict:
+    """aiohttp runner settings the config decides (the real server's and the in-process tests' alike)."""
+    return {"keepalive_timeout": config.http.header_timeout_s}
 
 
 async def _scheduler_lifetime(app: web.Application):
@@ -165,6 +180,7 @@ async def _scheduler_lifetime(app: web.Application):
     state.initial_loads.cancel()
     await state.scheduler.stop(state.config.drain_timeout_s)
     await state.grammar.close()
+    state.audit.close()
 
 
 async def _drain_on_shutdown(app: web.Application) -> None:

@@ -1,13 +1,14 @@
-"""Bearer keys: none configured means an open server (a local default); once keys are configured, /v1
-needs an API key and /admin the admin key. Health, readiness and metrics stay open for probes."""
+"""Bearer keys (access/keys.py): none configured means an open server (a local default) where every caller is
+`anonymous`; once keys are configured, /v1 and the other API routes need a key and /admin a key with admin
+rights. Health, readiness and metrics stay open for probes and scrapers. The key's policy goes on the
+request's record for the model checks (access.py) and limits further in."""
 
 from __future__ import annotations
 
-import hmac
-
 from aiohttp import web
 
-from orchestrator.config import AuthConfig
+from orchestrator.access.keys import ANONYMOUS, KeyRing
+from orchestrator.api.record import record_of
 from orchestrator.errors import Unauthorized
 
 OPEN_PATHS = ("/health", "/ready", "/metrics")
@@ -19,27 +20,27 @@ def _presented(http: web.Request) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def _matches(token: str, keys: tuple[str, ...]) -> bool:
-    return any(hmac.compare_digest(token, key) for key in keys)
-
-
-def auth_middleware(auth: AuthConfig):
-    api_keys = auth.api_keys + ((auth.admin_key,) if auth.admin_key else ())
-    admin_keys = (auth.admin_key,) if auth.admin_key else ()
-    keys_configured = bool(api_keys)
+def auth_middleware(keys: KeyRing):
+    admins = any(policy.admin for policy in keys.policies)
 
     @web.middleware
     async def check(http: web.Request, handler) -> web.StreamResponse:
-        if not keys_configured or http.path in OPEN_PATHS:
+        record = record_of(http)
+        if not keys.configured:
+            record.caller = ANONYMOUS
+            return await handler(http)
+        if http.path in OPEN_PATHS:
             return await handler(http)
         token = _presented(http)
+        policy = None if token is None else keys.find(token)
         if http.path.startswith("/admin"):
-            if not admin_keys:
+            if not admins:
                 raise Unauthorized("the admin API is disabled: API keys are set but no admin key is")
-            if token is None or not _matches(token, admin_keys):
-                raise Unauthorized("the admin API needs the admin key: Authorization: Bearer <admin key>")
-        elif token is None or not _matches(token, api_keys):
+            if policy is None or not policy.admin:
+                raise Unauthorized("the admin API needs an admin key: Authorization: Bearer <admin key>")
+        elif policy is None:
             raise Unauthorized("missing or invalid API key: send Authorization: Bearer <key>")
+        record.caller = policy
         return await handler(http)
 
     return check

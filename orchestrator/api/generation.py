@@ -10,14 +10,16 @@ import asyncio
 import orjson
 from aiohttp import web
 
+from orchestrator.api.preparation import prepare_generation
+from orchestrator.api.record import record_of
 from orchestrator.api.responses import Format, now
 from orchestrator.api.sse import DONE, ChunkTemplates, SseWriter, sse
+from orchestrator.api.stall import watch_stalls
 from orchestrator.api.state import STATE
 from orchestrator.api.wire import _GenerationRequest
 from orchestrator.engine.request import TextDelta
 from orchestrator.errors import InfernoError, error_body, kind_of
 from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
-from orchestrator.scheduler.settings import request_priority
 
 
 async def next_deltas(request: InferenceRequest) -> list[TextDelta]:
@@ -32,10 +34,8 @@ async def serve_generation(
     http: web.Request, wire: _GenerationRequest, fmt: Format, id_prefix: str
 ) -> web.StreamResponse:
     state = http.app[STATE]
-    slot = state.scheduler.slot_for(wire.model)
-    engine = slot.engine
-    priority = request_priority(wire.service_tier, slot.settings.priority_class)
-    request = wire.to_inference_request(engine, id_prefix, priority.in_engine)
+    prepared = await prepare_generation(http, wire, id_prefix)  # the key's model and limits; the prompt
+    engine, priority, request = prepared.slot.engine, prepared.priority, prepared.request
     fmt = Format(fmt.object_name, fmt.chunk_name, fmt.chat, f"fp_{engine.manifest.build.fingerprint.split(':')[-1][:12]}")
     http_status = 200
     try:
@@ -102,7 +102,7 @@ class _EventStream:
         )
         response.enable_chunked_encoding()
         await response.prepare(self.http)
-        self.writer = SseWriter(response, self.http)
+        self.writer = SseWriter(response, self.http, watch_stalls(self.http).wrote)
         first = b"".join(
             sse(self.fmt.chunk(self.request, self.created, choice.index, self.request.echo, role=True,
                                include_usage=self.include_usage, continuous_usage=self.continuous_usage))
@@ -131,7 +131,8 @@ class _EventStream:
             choice = request.record(delta)
             if choice.error is not None:
                 request.finish(RequestStatus.FINISHED_ERROR)
-                await self.writer.send(bytes(out) + sse(error_body(choice.error)) + DONE)
+                error = error_body(choice.error, record_of(self.http).id)  # the id the logs know it by
+                await self.writer.send(bytes(out) + sse(error) + DONE)
                 await self.writer.close()
                 return True
             if delta.text or delta.finish is not None or delta.logprobs or delta.reasoning or delta.tool_calls:

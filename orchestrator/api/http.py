@@ -1,7 +1,9 @@
-"""JSON in and out of aiohttp: parsing a body into a wire type with errors that name the field, and OpenAI-shaped
-responses, errors included."""
+"""JSON in and out of aiohttp: validating a body into a wire type with errors that name the field, and
+OpenAI-shaped responses, errors included."""
 
 from __future__ import annotations
+
+import math
 
 import orjson
 from aiohttp import web
@@ -15,11 +17,11 @@ def json_response(body: dict, status: int = 200, headers: dict | None = None) ->
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json", headers=headers)
 
 
-def error_response(error: BaseException) -> web.Response:
+def error_response(error: BaseException, request_id: str | None = None) -> web.Response:
     headers = None
     if isinstance(error, InfernoError) and error.retry_after_s is not None:
-        headers = {"Retry-After": str(max(1, round(error.retry_after_s)))}
-    return json_response(error_body(error), kind_of(error).status, headers)
+        headers = {"Retry-After": str(max(1, math.ceil(error.retry_after_s)))}
+    return json_response(error_body(error, request_id), kind_of(error).status, headers)
 
 
 def validate(body: bytes, wire_type: type[BaseModel]) -> BaseModel:
@@ -38,7 +40,3 @@ def validate(body: bytes, wire_type: type[BaseModel]) -> BaseModel:
         given = first.get("input")
         shown = "" if first["type"] in ("missing", "extra_forbidden") else f" (got {given!r:.80})"
         raise InvalidRequest(f"{where}: {detail}{shown}", param=where or None) from exc
-
-
-async def parse(http: web.Request, wire_type: type[BaseModel]) -> BaseModel:
-    return validate(await http.read(), wire_type)

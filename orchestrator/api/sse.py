@@ -10,6 +10,8 @@ client reads slowly) so the caller can fall back to waiting for the buffer to dr
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import orjson
 from aiohttp import web
 
@@ -46,11 +48,13 @@ class ChunkTemplates:
 class SseWriter:
     """Writes an open (prepared, chunked) event stream without awaiting; `drain` waits when it is congested."""
 
-    def __init__(self, response: web.StreamResponse, http: web.Request):
+    def __init__(self, response: web.StreamResponse, http: web.Request, wrote: Callable[[int], None] | None = None):
+        """`wrote(nbytes)` is told of every write (the stall watch counts what the client is handed)."""
         if not response.chunked or response.compression:
             raise ValueError("the event stream must be chunked and uncompressed")
         self._response = response
         self._transport = http.transport
+        self._wrote = wrote or (lambda nbytes: None)
         # Congested exactly when the transport pauses its protocol, so `drain` then really waits.
         self._high_water = self._transport.get_write_buffer_limits()[1] if self._transport is not None else 0
 
@@ -72,7 +76,9 @@ class SseWriter:
             return True
         if not self.open or self.congested:
             return False
-        self._transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        framed = b"%x\r\n%b\r\n" % (len(data), data)
+        self._wrote(len(framed))
+        self._transport.write(framed)
         return True
 
     async def drain(self) -> None:

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from orchestrator.access.audit import AuditLog
+from orchestrator.access.keys import KeyRing
+from orchestrator.access.limits import Limits
+from orchestrator.access.usage import UsageMeter
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import Catalogue
 from orchestrator.metrics.engine_collector import EngineCollector
@@ -25,6 +29,10 @@ class AppState:
     request_metrics: RequestMetrics
     engine_collector: EngineCollector
     grammar: GrammarChecker  # compiles every output constraint before its request is admitted
+    keys: KeyRing
+    limits: Limits  # per-key limiters
+    usage: UsageMeter  # per-key usage
+    audit: AuditLog
     initial_loads: asyncio.Task | None = None  # the scheduler's start, begun with the app
 
 

@@ -13,8 +13,9 @@ import orjson
 from aiohttp import web
 from pydantic import Field
 
+from orchestrator.api.access import model_slot
+from orchestrator.api.body import off_loop, read_json
 from orchestrator.api.http import json_response, validate
-from orchestrator.api.state import STATE
 from orchestrator.api.wire import ChatMessage, TokenId, _Wire
 from orchestrator.errors import InvalidRequest
 
@@ -40,35 +41,36 @@ class Detokenize(_Wire):
     tokens: list[TokenId]
 
 
-def _answer(state, model: str, tokens: list[int], token_strs: bool) -> web.Response:
-    engine = state.scheduler.slot_for(model).engine
+def _answer(engine, tokens: list[int], token_strs: bool) -> web.Response:
     strs = [engine.prompts.tokenizer.id_to_token(t) for t in tokens] if token_strs else None
     return json_response(
         {"count": len(tokens), "max_model_len": engine.manifest.limits.max_seq_len, "tokens": tokens, "token_strs": strs}
     )
 
 
+def _tokens(prompts, wire: TokenizeChat | TokenizeText) -> list[int]:
+    if isinstance(wire, TokenizeChat):
+        messages = [m.as_template_input() for m in wire.messages]
+        return prompts.encode_chat(messages, wire.chat_template_kwargs or {}, wire.add_generation_prompt,
+                                   wire.add_special_tokens)
+    return prompts.encode_text(wire.prompt, wire.add_special_tokens)
+
+
 async def tokenize(http: web.Request) -> web.Response:
-    body = await http.read()
+    body = await read_json(http)
     try:
         chat = isinstance(parsed := orjson.loads(body), dict) and "messages" in parsed
     except orjson.JSONDecodeError:
         chat = False  # validate() reports it
     wire = validate(body, TokenizeChat if chat else TokenizeText)
-    state = http.app[STATE]
-    prompts = state.scheduler.slot_for(wire.model).engine.prompts
-    if isinstance(wire, TokenizeChat):
-        messages = [m.as_template_input() for m in wire.messages]
-        tokens = prompts.encode_chat(messages, wire.chat_template_kwargs or {}, wire.add_generation_prompt,
-                                     wire.add_special_tokens)
-    else:
-        tokens = prompts.tokenizer.encode(wire.prompt, add_special_tokens=wire.add_special_tokens).ids
-    return _answer(state, wire.model, tokens, wire.return_token_strs)
+    engine = model_slot(http, wire.model).engine
+    tokens = await off_loop(http, _tokens, engine.prompts, wire)
+    return _answer(engine, tokens, wire.return_token_strs)
 
 
 async def detokenize(http: web.Request) -> web.Response:
-    wire = validate(await http.read(), Detokenize)
-    prompts = http.app[STATE].scheduler.slot_for(wire.model).engine.prompts
+    wire = validate(await read_json(http), Detokenize)
+    prompts = model_slot(http, wire.model).engine.prompts
     vocab = prompts.tokenizer.get_vocab_size(with_added_tokens=True)
     if any(t >= vocab for t in wire.tokens):
         raise InvalidRequest(f"tokens must be in [0, {vocab})", param="tokens")

@@ -13,7 +13,7 @@ from typing import Protocol
 class ModelSnapshot:
     name: str
     backend: str
-    state: str  # a ModelState value: unloaded, loading, ready, unloading, failed
+    state: str  # a ModelState value: unloaded, loading, ready, unloading, failed (see ModelState)
     pinned: bool
     running: int  # requests in the engine
     queued: int  # requests waiting for a running slot or for the model's load
@@ -23,8 +23,9 @@ class ModelSnapshot:
     crashes: int  # worker processes that died unexpectedly
     memory_bytes: int  # the model's footprint on its device: measured while loaded, estimated otherwise
     idle_seconds: float  # since the model last finished a request
-    last_error: str | None
+    last_error: str | None  # why the last load failed or the worker died; None once the model loads again
     pid: int | None = None  # the worker process, while one is assigned
+    retry_in_s: float | None = None  # while failed: seconds until the next load may be tried
 
 
 @dataclass(frozen=True)

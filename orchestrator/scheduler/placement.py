@@ -4,6 +4,11 @@ One load per model, shared by every request waiting for it; room made by evictin
 recently used first) or by waiting for busy ones to go idle, as `policy.plan_load` decides; unloads
 (evicted, idle past keep-alive, by hand, at shutdown); crashes and failed loads, with their backoff.
 Workers come from the `WorkerSource` it is given; it never starts a process itself.
+
+Recovering: a model whose worker crashed is `unloaded` at once (the next request loads it) unless crashes
+in a row call for a backoff, during which it is `failed` and requests get 503 with Retry-After; when the
+backoff is over it is `unloaded` again. A model whose load failed stays `failed` until the next attempt. A
+pinned model is loaded again by itself as soon as its backoff allows, retrying with the same backoff.
 """
 
 from __future__ import annotations
@@ -27,6 +32,12 @@ from orchestrator.worker.main import LoadSpec
 log = logging.getLogger(__name__)
 
 
+def _retrieve(task: asyncio.Task) -> None:
+    """A load's outcome, once it is done: waiters that gave up no longer look, and asyncio would complain."""
+    if not task.cancelled():
+        task.exception()
+
+
 class ModelPlacement:
     def __init__(
         self,
@@ -45,6 +56,8 @@ class ModelPlacement:
         self._clock = clock
         self._planning = asyncio.Lock()  # one placement plan (and its evictions) at a time
         self._capacity = asyncio.Event()  # replaced on every notify: waiters hold the one they saw
+        self._reloading = True  # pinned models are loaded again after failures (not once the server drains)
+        self._reloads: set[asyncio.Task] = set()
 
     async def preload(self, fit_others: bool) -> None:
         """Load pinned models, then (fit_others) every other model that fits without evicting. A model
@@ -61,12 +74,17 @@ class ModelPlacement:
 
     def check_backoff(self, slot: ModelSlot) -> None:
         """Raise ModelUnavailable (with Retry-After) while a failing model waits for its next attempt."""
-        wait = slot.retry_at - self._clock()
+        wait = slot.retry_in(self._clock())
         if slot.state is ModelState.FAILED and wait > 0:
             raise ModelUnavailable(
                 f"model '{slot.name}' is failing ({slot.last_error}); the next attempt is in {wait:.0f} s",
                 retry_after_s=wait,
             )
+
+    def retry_after_s(self, slot: ModelSlot) -> float:
+        """What a request that failed with the model (its worker crashed, its load failed) should wait before
+        trying again: the backoff's rest, and at least a second (the reload takes that, at least)."""
+        return max(1.0, slot.retry_in(self._clock()))
 
     def estimate(self, slot: ModelSlot) -> int:
         manifest = slot.engine.manifest
@@ -78,19 +96,30 @@ class ModelPlacement:
         return slot.settings.kv_cache_bytes or slot.engine.manifest.kv_cache.default_budget_bytes
 
     # -- loading ------------------------------------------------------------------------------------------
-    async def ensure_loaded(self, slot: ModelSlot) -> WorkerHandle:
-        """The model's worker, loading it first if need be (one load, however many callers wait on it)."""
+    async def ensure_loaded(self, slot: ModelSlot, within_s: float | None = None) -> WorkerHandle:
+        """The model's worker, loading it first if need be (one load, however many callers wait on it).
+        With `within_s`, a caller that would wait longer for the load gets ModelUnavailable with Retry-After
+        (the load goes on for the others)."""
         if slot.state is ModelState.READY and slot.worker is not None and slot.worker.alive:
             return slot.worker
         if slot.load_task is None or slot.load_task.done():
             slot.load_task = asyncio.create_task(self._load(slot), name=f"load-{slot.name}")
-        await asyncio.shield(slot.load_task)
+            slot.load_task.add_done_callback(_retrieve)  # its failure is told to whoever still waits
+        try:
+            await asyncio.wait_for(asyncio.shield(slot.load_task), within_s)
+        except TimeoutError:
+            waited = self._config.scheduling.queue_timeout_s
+            why = f"cannot be loaded now: {slot.waiting_for_room}" if slot.waiting_for_room else "is still loading"
+            raise ModelUnavailable(
+                f"model '{slot.name}' {why} (waited {waited:.0f} s); retry shortly", retry_after_s=RETRY_AFTER_BUSY_S
+            ) from None
         return slot.worker
 
     async def _load(self, slot: ModelSlot) -> None:
         if slot.unload_task is not None and not slot.unload_task.done():
             await slot.unload_task  # an eviction of this model is finishing: load it afresh after
         self.check_backoff(slot)
+        slot.cancel_retry_timer()  # this is the retry
         await self._make_room(slot, self.estimate(slot))
         slot.state = ModelState.LOADING
         started = self._clock()
@@ -100,9 +129,11 @@ class ModelPlacement:
         except InfernoError as exc:
             self._fail(slot, exc.message, load=True)
             self._workers.load_finished(succeeded=False)
-            if isinstance(exc, ModelUnavailable):
-                raise
-            raise ModelUnavailable(f"model '{slot.name}' failed to load: {exc.message}") from exc
+            if not isinstance(exc, ModelUnavailable):
+                exc = ModelUnavailable(f"model '{slot.name}' failed to load: {exc.message}")
+            if exc.retry_after_s is None:
+                exc.retry_after_s = self.retry_after_s(slot)
+            raise exc
         self._ledger.commit(slot.name, ready.pid, fallback=ready.rss_bytes, device_bytes=ready.device_bytes)
         slot.worker, slot.state, slot.last_error = worker, ModelState.READY, None
         slot.loads += 1
@@ -145,8 +176,12 @@ class ModelPlacement:
                     f"model '{slot.name}' cannot be loaded now: {plan.reason}",
                     retry_after_s=None if plan.placement is Placement.IMPOSSIBLE else RETRY_AFTER_BUSY_S,
                 )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(capacity.wait(), remaining)
+            slot.waiting_for_room = plan.reason
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(capacity.wait(), remaining)
+            finally:
+                slot.waiting_for_room = None
 
     def _residents(self) -> list[Resident]:
         return [
@@ -209,14 +244,43 @@ class ModelPlacement:
 
     # -- failures -----------------------------------------------------------------------------------------
     def _fail(self, slot: ModelSlot, message: str, load: bool) -> None:
+        """A failed load (the model is `failed` until its next attempt) or a crash (`unloaded`, or `failed`
+        while crashes in a row back off); a pinned model's reload is scheduled for when the backoff ends."""
         self._ledger.release(slot.name)
-        slot.state, slot.worker, slot.last_error = ModelState.FAILED, None, message
+        slot.worker, slot.last_error = None, message
         slot.consecutive_failures += 1
-        slot.retry_at = self._clock() + policy.backoff_s(slot.consecutive_failures)
+        backoff = policy.backoff_s(slot.consecutive_failures)
+        slot.retry_at = self._clock() + backoff
+        slot.state = ModelState.FAILED if load or backoff > 0 else ModelState.UNLOADED
         if load:
             slot.load_failures += 1
             log.error("model %s failed to load: %s", slot.name, message)
+        slot.cancel_retry_timer()
+        if backoff > 0 or slot.pinned:
+            slot.retry_timer = asyncio.get_running_loop().call_later(backoff, self._backoff_over, slot, load)
         self._notify_capacity()
+
+    def _backoff_over(self, slot: ModelSlot, load_failed: bool) -> None:
+        slot.retry_timer = None
+        slot.retry_at = 0.0  # over, even if the loop's timer fired a hair before the deadline
+        if slot.state is ModelState.FAILED and not load_failed:
+            slot.state = ModelState.UNLOADED  # crashed: the next request loads it
+        if slot.pinned and self._reloading and slot.state in (ModelState.FAILED, ModelState.UNLOADED):
+            task = asyncio.create_task(self._reload(slot), name=f"reload-{slot.name}")
+            self._reloads.add(task)
+            task.add_done_callback(self._reloads.discard)
+
+    async def _reload(self, slot: ModelSlot) -> None:
+        """A pinned model, loaded again after a failure; a failure here schedules the next try."""
+        log.info("reloading pinned model %s after: %s", slot.name, slot.last_error)
+        with contextlib.suppress(InfernoError):
+            await self.ensure_loaded(slot)
+
+    def stop_reloading(self) -> None:
+        """The server drains: no more reloads of pinned models."""
+        self._reloading = False
+        for slot in self._slots.values():
+            slot.cancel_retry_timer()
 
     def _on_worker_exit(self, model: str) -> None:
         slot = self._slots[model]

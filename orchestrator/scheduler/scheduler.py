@@ -25,7 +25,14 @@ from collections.abc import AsyncIterator, Callable
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import Catalogue
 from orchestrator.engine.request import FinishReason, TextDelta
-from orchestrator.errors import ModelNotFound, ModelUnavailable, ShuttingDown, to_wire
+from orchestrator.errors import (
+    EngineDead,
+    ModelNotFound,
+    ModelUnavailable,
+    ShuttingDown,
+    WorkerCrashed,
+    to_wire,
+)
 from orchestrator.lifecycle import InferenceRequest, RequestStatus
 from orchestrator.scheduler.admin import AdminOperations
 from orchestrator.scheduler.admission import RETRY_AFTER_SHUTDOWN_S, AdmissionControl
@@ -97,6 +104,7 @@ class Scheduler:
     def begin_drain(self) -> None:
         """From now on, new requests get 503 and queued ones are turned away; running ones go on."""
         self.admission.drain()
+        self.placement.stop_reloading()
         self.workers.stop_refilling()
 
     async def drain(self, timeout_s: float) -> None:
@@ -155,17 +163,24 @@ class Scheduler:
     async def lease(self, request: InferenceRequest, priority: Priority | None = None) -> AsyncIterator[WorkerHandle]:
         """A running slot on the request's model and its loaded worker, for the duration of the block.
 
-        Leaving cancels the request's unfinished engine requests; a request that finished well resets the
-        model's failure count (so a later failure is retried at once)."""
+        Waiting for the slot and for the model's load together take at most the queue timeout (then 503 with
+        Retry-After). Leaving cancels the request's unfinished engine requests; a request that finished well
+        resets the model's failure count (so a later failure is retried at once). A request whose worker
+        crashed under it leaves with Retry-After: when the model can be tried again."""
         slot = self.slot_for(request.model)
         self.placement.check_backoff(slot)
+        deadline = self._clock() + self._config.scheduling.queue_timeout_s
         await self.admission.acquire(slot, slot.settings.priority_class if priority is None else priority)
         worker = None
         try:
-            worker = await self.placement.ensure_loaded(slot)
+            worker = await self.placement.ensure_loaded(slot, within_s=max(0.0, deadline - self._clock()))
             request.start()
             self._live[request.id] = (request, worker)
             yield worker
+        except (WorkerCrashed, EngineDead) as exc:
+            if exc.retry_after_s is None:
+                exc.retry_after_s = self.placement.retry_after_s(slot)
+            raise
         finally:
             self._live.pop(request.id, None)
             if worker is not None:

@@ -10,6 +10,7 @@
     priority = "interactive"   # or "batch": batch requests run only when no interactive one waits
     weight = 2.0               # share of the device-wide running cap when models compete
     kv_cache_bytes = 8_589_934_592
+    max_tokens = 4096          # most tokens a choice may generate; the default for requests that give none
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ class ModelSettings(BaseModel):
     priority: str = Field("interactive", pattern="^(interactive|batch)$")
     weight: float = Field(1.0, gt=0)
     kv_cache_bytes: int | None = Field(None, ge=1, description="default: the engine manifest's budget")
+    max_tokens: int | None = Field(
+        None, ge=1, description="most tokens one choice may generate (400 above it), and the default when a "
+        "request gives none (default: what the context leaves)",
+    )
 
     @property
     def priority_class(self) -> Priority:
@@ -66,6 +71,7 @@ def load_model_settings(config: ServerConfig, names: list[str]) -> dict[str, Mod
         "keep_alive_s": config.scheduling.keep_alive_s,
         "max_queue": config.scheduling.max_queue,
         "kv_cache_bytes": config.worker.kv_cache_bytes,
+        "max_tokens": config.scheduling.max_tokens,
     }
     models: dict = {}
     if config.model_settings is not None:
@@ -84,14 +90,18 @@ def load_model_settings(config: ServerConfig, names: list[str]) -> dict[str, Mod
         raise SettingsError(f"model settings: {exc}") from exc
 
 
-def request_priority(service_tier: str | None, default: Priority) -> Priority:
-    """OpenAI's `service_tier`: "flex" asks for batch treatment; "priority" for interactive."""
+def request_priority(service_tier: str | None, default: Priority, key_class: Priority | None = None) -> Priority:
+    """A request's class from OpenAI's `service_tier`: "flex" asks for batch treatment, "priority" for
+    interactive; without one, the API key's class if it has one, else `default` (the model's). A key's class
+    is also the best its requests get: a batch key's requests run as batch whatever they ask."""
     if service_tier in (None, "auto", "default"):
-        return default
-    if service_tier == "flex":
-        return Priority.BATCH
-    if service_tier == "priority":
-        return Priority.INTERACTIVE
-    raise InvalidRequest(
-        f"service_tier must be auto, default, flex or priority (got {service_tier!r})", param="service_tier"
-    )
+        asked = default if key_class is None else key_class
+    elif service_tier == "flex":
+        asked = Priority.BATCH
+    elif service_tier == "priority":
+        asked = Priority.INTERACTIVE
+    else:
+        raise InvalidRequest(
+            f"service_tier must be auto, default, flex or priority (got {service_tier!r})", param="service_tier"
+        )
+    return asked if key_class is None else min(asked, key_class)

@@ -17,11 +17,11 @@ from orchestrator.worker.handle import WorkerHandle
 
 
 class ModelState(StrEnum):
-    UNLOADED = "unloaded"
+    UNLOADED = "unloaded"  # a request loads it (also after a crash, once any backoff is over)
     LOADING = "loading"
     READY = "ready"
     UNLOADING = "unloading"
-    FAILED = "failed"
+    FAILED = "failed"  # its last load failed, or its worker crashed again within the backoff: see retry_at
 
 
 @dataclass(order=True)
@@ -66,6 +66,8 @@ class ModelSlot:
     load_task: asyncio.Task | None = None
     unload_task: asyncio.Task | None = None
     idle_timer: asyncio.TimerHandle | None = None
+    retry_timer: asyncio.TimerHandle | None = None  # ends a backoff: a crashed model unloaded, a pinned one reloaded
+    waiting_for_room: str | None = None  # why its load waits for memory, while it does
 
     @property
     def name(self) -> str:
@@ -100,6 +102,15 @@ class ModelSlot:
             self.idle_timer.cancel()
             self.idle_timer = None
 
+    def cancel_retry_timer(self) -> None:
+        if self.retry_timer is not None:
+            self.retry_timer.cancel()
+            self.retry_timer = None
+
+    def retry_in(self, now: float) -> float:
+        """Seconds until the next load may be tried (0: now)."""
+        return max(0.0, self.retry_at - now)
+
     def snapshot(self, memory_bytes: int, now: float) -> ModelSnapshot:
         ready = self.state is ModelState.READY
         return ModelSnapshot(
@@ -117,6 +128,7 @@ class ModelSlot:
             idle_seconds=0.0 if self.running else now - self.last_used,
             last_error=self.last_error,
             pid=self.worker.pid if self.worker else None,
+            retry_in_s=round(self.retry_in(now), 3) if self.state is ModelState.FAILED else None,
         )
 
 

@@ -15,6 +15,10 @@ from orchestrator.errors import InvalidRequest
 from orchestrator.text.chat_template import render_chat
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
+# tokenizers' `encode` holds the GIL for all its Rust work, `encode_batch` releases it: texts this long or
+# longer go through `encode_batch`, so that tokenising them on a thread leaves the event loop free (a 25 kB
+# prompt holds the GIL for tens of milliseconds otherwise). Shorter ones take the cheaper call.
+GIL_FREE_CHARS = 2048
 
 
 def _token_text(value) -> str | None:
@@ -38,6 +42,23 @@ class PromptEncoder:
             template = config.get("chat_template")
             self.chat_template = template if isinstance(template, str) else None
 
+    def render_chat(
+        self,
+        messages: list[dict],
+        template_kwargs: dict | None = None,
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+    ) -> str:
+        """The prompt text the chat template makes of `messages` (and of `tools`, for templates that read them)."""
+        if self.chat_template is None:
+            raise InvalidRequest(
+                "this model has no chat template: use /v1/completions with a plain prompt", param="messages"
+            )
+        variables = {**(template_kwargs or {}), **self.special_tokens}
+        if tools is not None:
+            variables["tools"] = tools
+        return render_chat(self.chat_template, messages, variables, add_generation_prompt)
+
     def encode_chat(
         self,
         messages: list[dict],
@@ -46,16 +67,12 @@ class PromptEncoder:
         add_special_tokens: bool = False,
         tools: list[dict] | None = None,
     ) -> list[int]:
-        if self.chat_template is None:
-            raise InvalidRequest(
-                "this model has no chat template: use /v1/completions with a plain prompt", param="messages"
-            )
-        variables = {**(template_kwargs or {}), **self.special_tokens}
-        if tools is not None:
-            variables["tools"] = tools
-        text = render_chat(self.chat_template, messages, variables, add_generation_prompt)
+        text = self.render_chat(messages, template_kwargs, add_generation_prompt, tools)
         # The template already wrote every special token the model expects.
-        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        return self.encode_text(text, add_special_tokens)
 
-    def encode_text(self, prompt: str) -> list[int]:
-        return self.tokenizer.encode(prompt, add_special_tokens=True).ids
+    def encode_text(self, prompt: str, add_special_tokens: bool = True) -> list[int]:
+        """The token ids of `prompt`; long texts are encoded with the GIL released (see GIL_FREE_CHARS)."""
+        if len(prompt) < GIL_FREE_CHARS:
+            return self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens).ids
+        return self.tokenizer.encode_batch([prompt], add_special_tokens=add_special_tokens)[0].ids

@@ -12,8 +12,8 @@ from pathlib import Path
 import orjson
 from aiohttp.test_utils import TestClient, TestServer
 
-from orchestrator.api.app import build_app
-from orchestrator.api.state import STATE
+from orchestrator.api.app import build_app, runner_options
+from orchestrator.api.state import STATE, AppState
 from orchestrator.config import load_config
 from orchestrator.engine.catalogue import Catalogue, discover
 from orchestrator.scheduler.scheduler import Scheduler
@@ -26,6 +26,7 @@ class RunningApp:
     workers: FakeWorkers
     scheduler: Scheduler
     model: str
+    state: AppState
 
 
 def one_model(default_engine: Path) -> Catalogue:
@@ -39,11 +40,13 @@ async def running_app(catalogue: Catalogue, *flags: str) -> AsyncIterator[Runnin
     config = load_config(["--engines-dir", str(engine.folder.parent), "--models", engine.name, *flags])
     workers = FakeWorkers()
     app = build_app(config, catalogue, workers)
-    async with TestClient(TestServer(app)) as client:
+    server = TestServer(app)
+    await server.start_server(**runner_options(config))  # what the real server's runner is given, too
+    async with TestClient(server) as client:
         state = app[STATE]
         await state.initial_loads
         await state.scheduler.load(engine.name)
-        yield RunningApp(client, workers, state.scheduler, engine.name)
+        yield RunningApp(client, workers, state.scheduler, engine.name, state)
 
 
 def sse_events(raw: bytes) -> list[dict | str]:

@@ -81,12 +81,12 @@ def test_an_error_before_the_first_token_is_a_plain_json_error_with_its_status(c
             worker, request = await app.workers.next_submit()
             worker.emit(request.id, error=EngineError("the engine ran out of KV cache blocks"))
             response = await responding
-            return response.status, response.headers["Content-Type"], await response.json()
+            return response.status, response.headers, await response.json()
 
-    status, content_type, body = asyncio.run(go())
-    assert status == 500 and content_type == "application/json"
+    status, headers, body = asyncio.run(go())
+    assert status == 500 and headers["Content-Type"] == "application/json"
     assert body == {"error": {"message": "the engine ran out of KV cache blocks", "type": "server_error",
-                              "param": None, "code": "engine_error"}}
+                              "param": None, "code": "engine_error", "request_id": headers["X-Request-Id"]}}
 
 
 def test_an_error_after_the_first_token_is_an_sse_error_event_and_the_stream_ends(catalogue):

@@ -62,7 +62,24 @@ def test_an_idle_worker_that_dies_is_noticed_and_the_next_request_reloads_it(ser
     client = openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=60)
     [pid] = worker_pids(server)
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: model_states(server)[DEFAULT_MODEL] == "failed", timeout=5, what="the crash to be noticed")
+    wait_for(lambda: model_states(server)[DEFAULT_MODEL] == "unloaded", timeout=5, what="the crash to be noticed")
     reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=STORY, max_tokens=4)
     assert reply.choices[0].finish_reason == "length"
     assert model_states(server)[DEFAULT_MODEL] == "ready"
+
+
+def test_a_request_right_after_a_crash_is_served_or_told_when_to_retry(server):
+    """Sent at once after SIGKILL, before the server may have noticed: it either waits for the reload and is
+    answered, or (its submit met the dying worker) gets 503 with Retry-After. Never a 503 without one."""
+    [pid] = worker_pids(server)
+    body = json.dumps({"model": DEFAULT_MODEL, "messages": STORY, "max_tokens": 2}).encode()
+    request = urllib.request.Request(f"{server.api}/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    os.kill(pid, signal.SIGKILL)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            status, retry_after = response.status, None
+    except urllib.error.HTTPError as exc:
+        status, retry_after = exc.code, exc.headers.get("Retry-After")
+    assert status == 200 or (status == 503 and int(retry_after) >= 1), (status, retry_after)
+    wait_for(lambda: model_states(server)[DEFAULT_MODEL] in ("unloaded", "ready"), timeout=10, what="recovery")

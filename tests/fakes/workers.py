@@ -68,7 +68,11 @@ class FakeWorker:
             self._source.cancels.put_nowait(request_id)
 
     async def stats(self, timeout_s: float) -> dict | None:
-        return {"running": len(self.sinks)} if self.alive else None
+        """`BackendStats` as a dict, for a made-up KV cache of 64 blocks of 16 tokens, none in use."""
+        if not self.alive:
+            return None
+        return {"running": len(self.sinks), "waiting": 0, "kv_blocks_total": 64, "kv_blocks_free": 64,
+                "kv_blocks_used": 0, "tokens_per_block": 16, "iterations": 0}
 
     async def stop(self, timeout_s: float) -> int | None:
         self.stopped = True

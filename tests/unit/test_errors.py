@@ -15,7 +15,12 @@ from orchestrator import errors
         (errors.UnsupportedParameter("x"), 400, "unsupported_parameter"),
         (errors.ModelNotFound("x"), 404, "model_not_found"),
         (errors.MethodNotAllowed("x"), 405, "method_not_allowed"),
+        (errors.OriginNotAllowed("x"), 403, "origin_not_allowed"),
+        (errors.RequestTimeout("x"), 408, "request_timeout"),
+        (errors.PayloadTooLarge("x"), 413, "payload_too_large"),
+        (errors.UnsupportedMediaType("x"), 415, "unsupported_media_type"),
         (errors.QueueFull("x"), 429, "queue_full"),
+        (errors.RateLimited("x"), 429, "rate_limit_exceeded"),
         (errors.EngineError("x"), 500, "engine_error"),
         (errors.BackendUnavailable("x"), 503, "backend_unavailable"),
         (errors.OutOfMemory("x"), 503, "out_of_memory"),
@@ -29,6 +34,11 @@ def test_status_and_code(error, status, code):
     body = errors.error_body(error)["error"]
     assert body["code"] == code
     assert set(body) == {"message", "type", "param", "code"}
+
+
+def test_a_request_id_travels_in_the_error_object():
+    body = errors.error_body(errors.QueueFull("busy"), request_id="req_1")["error"]
+    assert body["request_id"] == "req_1" and body["message"] == "busy"
 
 
 def test_unknown_exceptions_do_not_leak_their_text():

@@ -60,3 +60,20 @@ def test_service_tier_maps_to_priority():
     assert request_priority("priority", Priority.BATCH) is Priority.INTERACTIVE
     with pytest.raises(InvalidRequest):
         request_priority("turbo", Priority.BATCH)
+
+
+def test_a_key_class_is_its_requests_default_and_their_best():
+    batch, interactive = Priority.BATCH, Priority.INTERACTIVE
+    assert request_priority(None, interactive, key_class=batch) is batch
+    assert request_priority("priority", interactive, key_class=batch) is batch  # a batch key cannot ask for more
+    assert request_priority(None, batch, key_class=interactive) is interactive
+    assert request_priority("flex", batch, key_class=interactive) is batch  # but may ask for less
+
+
+def test_max_tokens_comes_from_the_file_over_the_config(tmp_path):
+    path = settings_file(tmp_path, "[defaults]\nmax_tokens = 512\n[models.a]\nmax_tokens = 64\n")
+    config = load_config(["--model-settings", str(path), "--scheduling.max-tokens", "1024"])
+    settings = load_model_settings(config, ["a", "b"])
+    assert (settings["a"].max_tokens, settings["b"].max_tokens) == (64, 512)
+    assert load_model_settings(load_config(["--scheduling.max-tokens", "1024"]), ["a"])["a"].max_tokens == 1024
+    assert load_model_settings(load_config([]), ["a"])["a"].max_tokens is None

@@ -1,0 +1,89 @@
+"""The first and last word on every request: its record (record.py) is made before anything else runs, and
+settled once the response is done, whatever happened: the key's limiter gets its running request back and
+its tokens charged, generation requests are metered per key (access/usage.py), and the audit log gets its
+line (access/audit.py). Probes and scrapes (/health, /ready, /metrics) are not audited."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+
+from orchestrator.access.audit import AuditLog
+from orchestrator.access.usage import UsageMeter
+from orchestrator.api.auth import OPEN_PATHS
+from orchestrator.api.record import RECORD, RequestRecord
+from orchestrator.lifecycle import InferenceRequest, RequestStatus
+from orchestrator.metrics.http_metrics import CLIENT_GONE
+
+FINISH = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_CANCELLED: "cancelled",
+    RequestStatus.FINISHED_ERROR: "error",
+}
+
+
+def accounting_middleware(usage: UsageMeter, audit: AuditLog):
+    @web.middleware
+    async def account(http: web.Request, handler) -> web.StreamResponse:
+        record = http[RECORD] = RequestRecord()
+        status = 500  # what aiohttp answers for an exception nobody turned into a response
+        try:
+            response = await handler(http)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except (asyncio.CancelledError, ConnectionResetError):
+            status = CLIENT_GONE
+            raise
+        finally:
+            _settle(http, record, status, usage, audit)
+
+    return account
+
+
+def _engine_seconds(request: InferenceRequest) -> float:
+    if request.started is None:
+        return 0.0
+    return (request.finished or time.monotonic()) - request.started
+
+
+def _settle(http: web.Request, record: RequestRecord, status: int, usage: UsageMeter, audit: AuditLog) -> None:
+    request = record.inference
+    ran = request is not None and request.started is not None
+    prompt_tokens = request.prompt_tokens if ran else 0
+    completion_tokens = request.completion_tokens if ran else 0
+    if record.limiter is not None:
+        record.limiter.finish(record.tokens_taken, prompt_tokens + completion_tokens)
+    key = record.caller.name if record.caller is not None else None
+    if record.generation and record.model is not None and key is not None:
+        usage.record(key, record.model, status, prompt_tokens, completion_tokens,
+                     _engine_seconds(request) if ran else 0.0)
+    if audit.enabled and http.path not in OPEN_PATHS:
+        audit.write(_audit_entry(http, record, status, audit.include_text))
+
+
+def _audit_entry(http: web.Request, record: RequestRecord, status: int, include_text: bool) -> dict:
+    entry = {
+        "request_id": record.id,
+        "key": record.caller.name if record.caller is not None else None,
+        "method": http.method,
+        "path": http.path,
+        "model": record.model,
+        "status": status,
+        "latency_s": round(time.monotonic() - record.arrived, 6),
+    }
+    request = record.inference
+    if request is not None:
+        entry["prompt_tokens"] = request.prompt_tokens
+        entry["completion_tokens"] = request.completion_tokens
+        entry["response_id"] = request.id
+        entry["finish_reason"] = FINISH.get(request.status)
+    if include_text and record.prompt_text is not None:
+        entry["prompt"] = record.prompt_text
+        entry["completions"] = ["".join(texts) for texts in (record.completions or {}).values()]
+    return entry

@@ -1,0 +1,150 @@
+"""Everything a generation request passes before it asks the scheduler for a lease, in order:
+
+1. the model, if the caller's key may use it (access.py; 404 otherwise, as for a model that does not exist);
+2. the model's `max_tokens` ceiling (models.toml): a request asking for more is refused (400) naming it;
+3. the priority class: the request's `service_tier`, else the key's class, else the model's; a key's class is
+   also the best its requests may ask for;
+4. the key's concurrent requests and requests per minute (429 with Retry-After);
+5. the prompt: one too long in characters to fit whatever it tokenises to is refused before tokenising (looked
+   at only for bodies that could hold one); then the chat template and the tokenizer, on a thread for a big
+   body (body.py); without max_tokens, each choice may generate up to the ceiling (where one is set) or what
+   the context leaves;
+6. the key's tokens per minute, for the prompt's tokens (429 with Retry-After).
+
+What the key's limiter took is settled when the request ends (accounting.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from orchestrator.access.keys import ANONYMOUS
+from orchestrator.api.access import model_slot
+from orchestrator.api.body import off_loop
+from orchestrator.api.record import RequestRecord, record_of
+from orchestrator.api.state import STATE
+from orchestrator.api.wire import CompletionRequest, _GenerationRequest
+from orchestrator.engine.catalogue import Engine
+from orchestrator.errors import ContextLengthExceeded, InvalidRequest
+from orchestrator.lifecycle import InferenceRequest
+from orchestrator.scheduler.settings import Priority, request_priority
+from orchestrator.scheduler.slots import ModelSlot
+from orchestrator.text.prompt import PromptEncoder
+
+
+@dataclass(frozen=True)
+class Prepared:
+    slot: ModelSlot
+    priority: Priority
+    request: InferenceRequest
+
+
+async def prepare_generation(http: web.Request, wire: _GenerationRequest, id_prefix: str) -> Prepared:
+    """The checked inference request, its model's slot and its priority class; raises the taxonomy's errors
+    (404, 400, 429) as listed in this module's docstring."""
+    state, record = http.app[STATE], record_of(http)
+    record.generation = True
+    slot = model_slot(http, wire.model)
+    ceiling = slot.settings.max_tokens
+    _check_ceiling(wire, ceiling)
+    caller = record.caller or ANONYMOUS
+    priority = request_priority(wire.service_tier, slot.settings.priority_class, caller.priority)
+    if caller.limited:
+        limiter = state.limits.of(caller)
+        limiter.admit()
+        record.limiter = limiter
+    await off_loop(http, _check_prompt_chars, wire, slot.engine, record.body_bytes)
+    request = await off_loop(http, wire.to_inference_request, slot.engine, id_prefix, priority.in_engine)
+    if ceiling is not None and not _explicit_max_tokens(wire):
+        _apply_ceiling(request, ceiling)
+    record.inference = request
+    if record.limiter is not None:
+        record.tokens_taken = record.limiter.admit_tokens(request.prompt_tokens)
+    if state.audit.include_text:
+        _keep_text(record, wire, request)
+    return Prepared(slot, priority, request)
+
+
+def _explicit_max_tokens(wire: _GenerationRequest) -> bool:
+    return wire.max_tokens is not None or getattr(wire, "max_completion_tokens", None) is not None
+
+
+def _check_ceiling(wire: _GenerationRequest, ceiling: int | None) -> None:
+    if ceiling is None or not _explicit_max_tokens(wire):
+        return
+    asked = wire.requested_max_tokens()
+    if asked > ceiling:
+        param = wire.max_tokens_param()
+        raise InvalidRequest(
+            f"{param} is {asked}, more than this model allows ({ceiling} tokens per choice)", param=param
+        )
+
+
+def _apply_ceiling(request: InferenceRequest, ceiling: int) -> None:
+    """Without max_tokens, each choice generates at most `ceiling` tokens."""
+    for choice in request.choices:
+        asked = choice.engine_request
+        if asked.min_tokens > ceiling:
+            raise InvalidRequest(
+                f"min_tokens is {asked.min_tokens}, more than this model allows ({ceiling} tokens per choice)",
+                param="min_tokens",
+            )
+        if asked.max_new_tokens > ceiling:
+            choice.engine_request = dataclasses.replace(asked, max_new_tokens=ceiling)
+
+
+@functools.cache
+def longest_token_chars(prompts: PromptEncoder) -> int:
+    """No token of this tokenizer stands for more characters than this (its longest vocabulary entry)."""
+    return max(len(token) for token in prompts.tokenizer.get_vocab(with_added_tokens=True))
+
+
+def _prompt_text_if_it_may_be_too_long(wire: _GenerationRequest, engine: Engine, body_bytes: int) -> str | None:
+    """The prompt's text, when a body this large could hold one too long for the model; else None (the
+    common case: nothing is done twice). A chat prompt is rendered by the template for this."""
+    if body_bytes <= most_prompt_chars(engine):
+        return None
+    if isinstance(wire, CompletionRequest):
+        text = wire.prompt if isinstance(wire.prompt, str) else wire.prompt[0]
+        return text if isinstance(text, str) else None  # token ids are counted as they are
+    messages = [m.as_template_input() for m in wire.messages]
+    return engine.prompts.render_chat(messages, getattr(wire, "chat_template_kwargs", None) or {})
+
+
+def most_prompt_chars(engine: Engine) -> int:
+    """No prompt the model takes is longer than this, in characters: its longest prompt in tokens times the
+    most characters one token stands for."""
+    return engine.manifest.limits.max_input_len * longest_token_chars(engine.prompts)
+
+
+def _check_prompt_chars(wire: _GenerationRequest, engine: Engine, body_bytes: int) -> None:
+    """A prompt longer than any the model could take, in characters, is refused before the tokenizer spends
+    seconds on it (and the event loop's thread time on the huge result)."""
+    text = _prompt_text_if_it_may_be_too_long(wire, engine, body_bytes)
+    most = most_prompt_chars(engine)
+    if text is not None and len(text) > most:
+        limit = engine.manifest.limits.max_input_len
+        raise ContextLengthExceeded(
+            f"this model's maximum prompt length is {limit} tokens (at most {most} characters), "
+            f"but the prompt has {len(text)} characters",
+            param=wire.PROMPT_PARAM,
+        )
+
+
+def _keep_text(record: RequestRecord, wire: _GenerationRequest, request: InferenceRequest) -> None:
+    """For an audit log with text: the prompt, and every choice's text as it is delivered."""
+    record.prompt_text = (
+        wire.prompt if isinstance(wire, CompletionRequest) else [m.as_template_input() for m in wire.messages]
+    )
+    completions = record.completions = {c.engine_request.id: [] for c in request.choices}
+    deliver = request.deliver
+
+    def deliver_and_keep(row: list) -> None:  # a wire row (TextDelta.to_wire): engine request id, text, ...
+        completions[row[0]].append(row[1])
+        deliver(row)
+
+    request.deliver = deliver_and_keep  # the sink the generation path hands the worker

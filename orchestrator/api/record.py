@@ -1,0 +1,45 @@
+"""What the server knows about one HTTP request while it is handled, under one typed request key: its id, the
+API key's policy, the model it named, and (for generation requests) its inference request, the key's limiter
+and what the limiter took. The accounting middleware (accounting.py) makes it first and settles it last."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from orchestrator.access.keys import KeyPolicy
+from orchestrator.access.limits import KeyLimiter
+from orchestrator.lifecycle import InferenceRequest
+
+
+def new_request_id() -> str:
+    return f"req_{uuid.uuid4().hex}"
+
+
+@dataclass
+class RequestRecord:
+    id: str = field(default_factory=new_request_id)
+    arrived: float = field(default_factory=time.monotonic)
+    body_bytes: int = 0  # the size of the JSON body read, which decides where its prompt is tokenised
+    caller: KeyPolicy | None = None  # set by the auth middleware
+    model: str | None = None  # the model the request named, once it was allowed to see it
+    generation: bool = False  # a chat or text completion: metered per key
+    inference: InferenceRequest | None = None
+    limiter: KeyLimiter | None = None  # the key's limiter, once it admitted the request
+    tokens_taken: int = 0  # prompt tokens the limiter took on admission
+    prompt_text: object = None  # the prompt (messages or text), kept only for an audit log with text
+    completions: dict[str, list[str]] | None = None  # engine request id -> text, likewise
+
+
+RECORD = web.RequestKey("inferno_record", RequestRecord)
+
+
+def record_of(http: web.Request) -> RequestRecord:
+    """The request's record; one is made if no middleware made it (a handler called directly)."""
+    record = http.get(RECORD)
+    if record is None:
+        record = http[RECORD] = RequestRecord()
+    return record
