@@ -74,11 +74,12 @@ class SseWriter:
         """Send `data` as one HTTP chunk now; False (nothing sent) if the client has gone or reads too slowly."""
         if not data:
             return True
-        if not self.open or self.congested:
+        transport = self._transport
+        if transport is None or transport.is_closing() or transport.get_write_buffer_size() > self._high_water:
             return False
         framed = b"%x\r\n%b\r\n" % (len(data), data)
         self._wrote(len(framed))
-        self._transport.write(framed)
+        transport.write(framed)
         return True
 
     async def drain(self) -> None:

@@ -11,7 +11,7 @@ reach an engine loop unchecked.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
 from orchestrator.errors import InfernoError, InvalidRequest
@@ -98,7 +98,9 @@ class EngineRequest:
     reasoning: bool = False  # split the model's thinking from its answer
 
     def to_wire(self) -> dict:
-        wire = asdict(self)
+        """Plain JSON values, field by field (dataclasses.asdict deep-copies: a few times slower, per request)."""
+        wire = {name: getattr(self, name) for name in _REQUEST_FIELDS}
+        wire["sampling"] = {name: getattr(self.sampling, name) for name in _SAMPLING_FIELDS}
         wire["guide"] = self.guide.to_wire() if self.guide is not None else None
         return wire
 
@@ -123,6 +125,10 @@ class EngineRequest:
             tool_calls=data.get("tool_calls", ""),
             reasoning=data.get("reasoning", False),
         )
+
+
+_REQUEST_FIELDS = tuple(f.name for f in fields(EngineRequest) if f.name not in ("sampling", "guide"))
+_SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))
 
 
 def check_request(request: EngineRequest, vocab_size: int) -> None:
