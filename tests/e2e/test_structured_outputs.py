@@ -95,7 +95,7 @@ def test_a_streamed_answer_parses_too(client, model):
 
 def test_json_object_gives_a_json_object(client, model):
     reply = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "Give me a JSON object about cats."}],
+        model=model, messages=[{"role": "user", "content": "Describe a cat as JSON with keys name and age."}],
         response_format={"type": "json_object"}, temperature=0, max_tokens=200,
     )
     assert isinstance(json.loads(reply.choices[0].message.content), dict)
@@ -134,15 +134,33 @@ def test_an_invalid_schema_is_a_400_naming_the_problem_and_others_are_served(ser
 
 # -- tools ------------------------------------------------------------------------------------------------------
 def test_required_tool_calls_have_arguments_that_validate(client, model):
-    reply = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER, TIME],
-                                           tool_choice="required", temperature=0, max_tokens=200)
+    reply = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER, TIME], tool_choice="required",
+                                           parallel_tool_calls=False, temperature=0, max_tokens=200)
     choice = reply.choices[0]
-    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
-    for call in choice.message.tool_calls:
-        assert call.id.startswith("call_") and call.type == "function"
+    assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    assert call.id.startswith("call_") and call.type == "function"
+    assert call.function.name in ("get_weather", "get_time")
+    args = json.loads(call.function.arguments)
+    if call.function.name == "get_weather":
+        _valid_weather_arguments(call.function.arguments)
+    else:
+        assert set(args) == {"zone"}
+
+
+def test_parallel_required_calls_all_validate(client, model):
+    """With parallel calls allowed a small model may keep calling until max_tokens: every call it closed is valid
+    (a call cut off by the limit is the only one that may not be)."""
+    reply = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER, TIME], tool_choice="required",
+                                           temperature=0, max_tokens=120)
+    choice = reply.choices[0]
+    calls = choice.message.tool_calls
+    assert choice.finish_reason in ("tool_calls", "length") and calls
+    closed = calls if choice.finish_reason == "tool_calls" else calls[:-1]
+    for call in closed:
+        args = json.loads(call.function.arguments)
         assert call.function.name in ("get_weather", "get_time")
-        if call.function.name == "get_weather":
-            _valid_weather_arguments(call.function.arguments)
+        assert set(args) == ({"city", "unit"} if call.function.name == "get_weather" else {"zone"})
 
 
 def test_a_named_tool_choice_calls_exactly_that_function_once(client, model):
