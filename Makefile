@@ -48,7 +48,7 @@ $(CLIENT_VENVS)/aiperf/.installed-$(AIPERF_VERSION):
 	$(CLIENT_VENVS)/aiperf/bin/pip install --quiet --disable-pip-version-check aiperf==$(AIPERF_VERSION)
 	touch $@
 
-# guidellm depends on torch: the same wheel as .venv's first, so pip does not bring CUDA's libraries.
+# guidellm depends on torch: .venv's torch first (the CPU wheel where pip finds one: no CUDA libraries then).
 $(CLIENT_VENVS)/guidellm/.installed-$(GUIDELLM_VERSION):
 	rm -rf $(CLIENT_VENVS)/guidellm
 	$(PYTHON) -m venv $(CLIENT_VENVS)/guidellm
