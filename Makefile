@@ -11,7 +11,7 @@ HOST ?=
 PORT ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup serve test bench build-engine default-engine lint clean
+.PHONY: setup serve test test-clients clients bench build-engine default-engine lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,32 @@ serve: default-engine
 test: default-engine
 	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) $(BIN)/pytest $(PYTEST_ARGS)
 
+# Real benchmark clients, each in its own environment (about a gigabyte each; apart from .venv, so their
+# dependencies never meet the server's), run against the real server. Not part of `make test`.
+CLIENT_VENVS ?= .venv-clients
+AIPERF_VERSION ?= 0.13.0
+GUIDELLM_VERSION ?= 0.8.1
+
+$(CLIENT_VENVS)/aiperf/.installed-$(AIPERF_VERSION):
+	rm -rf $(CLIENT_VENVS)/aiperf
+	$(PYTHON) -m venv $(CLIENT_VENVS)/aiperf
+	$(CLIENT_VENVS)/aiperf/bin/pip install --quiet --disable-pip-version-check aiperf==$(AIPERF_VERSION)
+	touch $@
+
+# guidellm depends on torch: .venv's torch first (the CPU wheel where pip finds one: no CUDA libraries then).
+$(CLIENT_VENVS)/guidellm/.installed-$(GUIDELLM_VERSION):
+	rm -rf $(CLIENT_VENVS)/guidellm
+	$(PYTHON) -m venv $(CLIENT_VENVS)/guidellm
+	$(CLIENT_VENVS)/guidellm/bin/pip install --quiet --disable-pip-version-check '$(TORCH)'
+	$(CLIENT_VENVS)/guidellm/bin/pip install --quiet --disable-pip-version-check guidellm==$(GUIDELLM_VERSION)
+	touch $@
+
+clients: $(CLIENT_VENVS)/aiperf/.installed-$(AIPERF_VERSION) $(CLIENT_VENVS)/guidellm/.installed-$(GUIDELLM_VERSION)
+
+test-clients: default-engine clients
+	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) INFERNO_CLIENT_VENVS=$(abspath $(CLIENT_VENVS)) \
+		$(BIN)/pytest -m clients $(PYTEST_ARGS)
+
 # TensorRT engines build with the Python that has TensorRT-LLM 1.2.1: in an image with Inferno installed
 # beside it (deploy/docker/gpu.Dockerfile), INFERNO=inferno uses that one instead of setting up .venv.
 INFERNO ?= $(BIN)/inferno
@@ -63,4 +89,4 @@ lint: setup
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CLIENT_VENVS) .pytest_cache .ruff_cache
