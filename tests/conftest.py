@@ -11,13 +11,32 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.launch import ServerProcess, copy_engine, start_server
+from orchestrator import launch
+from orchestrator.launch import ServerProcess, copy_engine
 
 __all__ = ["ServerProcess", "copy_engine", "start_server"]
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINES = Path(os.environ.get("INFERNO_TEST_ENGINES_DIR", ROOT / "engines"))
 DEFAULT_MODEL = "smollm2-135m"
+
+
+_STARTED: list[ServerProcess] = []
+
+
+def start_server(*args, **kwargs) -> ServerProcess:
+    """`orchestrator.launch.start_server`, remembered so that a server a failed test left running is stopped when
+    the session ends instead of outliving it."""
+    server = launch.start_server(*args, **kwargs)
+    _STARTED.append(server)
+    return server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_leftover_servers() -> Iterator[None]:
+    yield
+    for server in _STARTED:
+        server.stop(timeout=10)
 
 
 @pytest.fixture(scope="session")

@@ -70,6 +70,8 @@ def _model_card(model: ModelSnapshot, manifest: EngineManifest) -> dict:
         "object": "model",
         "created": int(datetime.fromisoformat(manifest.build.built_at).timestamp()),
         "owned_by": "inferno",
+        "root": model.name,  # vLLM's fields, which its benchmark client reads: the served model, no parent
+        "parent": None,
         "max_model_len": manifest.limits.max_seq_len,
         "backend": model.backend,
         "state": model.state,

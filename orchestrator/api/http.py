@@ -32,7 +32,7 @@ def validate(body: bytes, wire_type: type[BaseModel]) -> BaseModel:
         first = exc.errors(include_url=False)[0]
         if first["type"] == "json_invalid":
             raise InvalidRequest(f"the request body is not valid JSON: {first['msg']}") from exc
-        where = field_path(first["loc"])
+        where = field_path(first["loc"], wire_type)
         detail = first["msg"]
         if first["type"] == "extra_forbidden":
             where = ".".join(str(p) for p in first["loc"])

@@ -9,9 +9,11 @@ include_stop_str_in_output, stream_options.continuous_usage_stats, chat_template
 
 from __future__ import annotations
 
+import functools
+import typing
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.api.engine_requests import SamplingFields, build_inference_request, check_supported
 from orchestrator.api.output_plan import OutputPlan
@@ -131,6 +133,12 @@ class _GenerationRequest(_Wire):
     response_format: dict[str, Any] | None = None  # text | json_object | json_schema (structured/guide.py)
     structured_outputs: dict[str, Any] | None = None  # vLLM's: json | regex | choice | grammar | json_object
 
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self):
+        if self.stream_options is not None and not self.stream:
+            raise InvalidRequest("stream_options is only allowed when stream is true", param="stream_options")
+        return self
+
     @property
     def include_usage(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
@@ -226,16 +234,6 @@ class ChatCompletionRequest(_GenerationRequest):
 
     PROMPT_PARAM: ClassVar[str] = "messages"
     TOP_LOGPROBS_PARAM: ClassVar[str] = "top_logprobs"
-    RESERVED_TEMPLATE_KWARGS: ClassVar[frozenset] = frozenset({"messages", "add_generation_prompt", "tools"})
-
-    @field_validator("chat_template_kwargs")
-    @classmethod
-    def _no_reserved_kwargs(cls, value):
-        clash = sorted(set(value or ()) & cls.RESERVED_TEMPLATE_KWARGS)
-        if clash:
-            raise ValueError(f"{', '.join(clash)} cannot be set through chat_template_kwargs")
-        return value
-
     def wants_logprobs(self) -> bool:
         if self.top_logprobs and not self.logprobs:
             raise InvalidRequest("top_logprobs needs logprobs set to true", param="top_logprobs")
@@ -245,6 +243,12 @@ class ChatCompletionRequest(_GenerationRequest):
         return self.top_logprobs or 0
 
     def requested_max_tokens(self) -> int | None:
+        if None not in (self.max_tokens, self.max_completion_tokens) and self.max_tokens != self.max_completion_tokens:
+            raise InvalidRequest(
+                f"max_tokens ({self.max_tokens}) and max_completion_tokens ({self.max_completion_tokens}) disagree; "
+                "send one of them (max_tokens is the older name of max_completion_tokens)",
+                param="max_completion_tokens",
+            )
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
     def max_tokens_param(self) -> str:
@@ -317,20 +321,36 @@ class CompletionRequest(_GenerationRequest):
         return engine.prompts.tokenizer.decode(prompt, skip_special_tokens=False)
 
 
-def _field_names(*models: type[BaseModel]) -> frozenset[str]:
-    return frozenset(name for model in models for name in model.model_fields)
+@functools.cache
+def field_names(model: type[BaseModel]) -> frozenset[str]:
+    """Every field name a body of type `model` can hold, at any depth (nested models, lists, unions)."""
+    names: set[str] = set()
+    seen: set[type] = set()
+
+    def walk(annotation) -> None:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if annotation in seen:
+                return
+            seen.add(annotation)
+            for name, info in annotation.model_fields.items():
+                names.add(info.alias or name)
+                walk(info.annotation)
+                for meta in info.metadata:
+                    walk(meta)
+        for arg in typing.get_args(annotation):
+            walk(arg)
+
+    walk(model)
+    return frozenset(names)
 
 
-_FIELD_NAMES = _field_names(ChatCompletionRequest, CompletionRequest, ChatMessage, TextPart, StreamOptions, NvExt,
-                            AssistantToolCall, CalledFunction, ToolDefinition)
-
-
-def field_path(loc: tuple) -> str:
-    """`messages[0].content` from a pydantic error location, leaving out union-member tags."""
+def field_path(loc: tuple, model: type[BaseModel]) -> str:
+    """`messages[0].content` from a pydantic error location in a `model` body, leaving out union-member tags."""
+    known = field_names(model)
     path = ""
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in _FIELD_NAMES:
+        elif part in known:
             path += f".{part}" if path else part
     return path

@@ -19,6 +19,8 @@ _SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
 # longer go through `encode_batch`, so that tokenising them on a thread leaves the event loop free (a 25 kB
 # prompt holds the GIL for tens of milliseconds otherwise). Shorter ones take the cheaper call.
 GIL_FREE_CHARS = 2048
+# Names the server itself gives the chat template; a request's chat_template_kwargs may not set them.
+TEMPLATE_OWN_NAMES = frozenset({"messages", "add_generation_prompt", "tools", *_SPECIAL_KEYS})
 
 
 def _token_text(value) -> str | None:
@@ -53,6 +55,13 @@ class PromptEncoder:
         if self.chat_template is None:
             raise InvalidRequest(
                 "this model has no chat template: use /v1/completions with a plain prompt", param="messages"
+            )
+        clash = sorted(set(template_kwargs or ()) & TEMPLATE_OWN_NAMES)
+        if clash:
+            raise InvalidRequest(
+                f"{', '.join(clash)} cannot be set through chat_template_kwargs: the server sets "
+                f"{'it' if len(clash) == 1 else 'them'} from the request and the model",
+                param="chat_template_kwargs",
             )
         variables = {**(template_kwargs or {}), **self.special_tokens}
         if tools is not None:

@@ -49,9 +49,11 @@ def test_max_tokens_default_fills_the_sequence(engine):
     assert engine_request.max_new_tokens + request.prompt_tokens == engine.manifest.limits.max_seq_len
 
 
-def test_max_completion_tokens_wins_over_max_tokens(engine):
-    request = chat(max_tokens=50, max_completion_tokens=7).to_inference_request(engine, "x")
+def test_max_completion_tokens_is_the_newer_name_of_max_tokens(engine):
+    request = chat(max_completion_tokens=7).to_inference_request(engine, "x")
     assert request.choices[0].engine_request.max_new_tokens == 7
+    with pytest.raises(InvalidRequest, match="disagree"):  # neither wins silently
+        chat(max_tokens=50, max_completion_tokens=7).to_inference_request(engine, "x")
 
 
 def test_n_choices_share_the_prompt_and_get_distinct_ids_and_seeds(engine):
@@ -126,5 +128,8 @@ def test_out_of_range_values_are_rejected(fields):
 
 
 def test_field_path_leaves_out_union_tags():
-    assert field_path(("messages", 0, "content", "str")) == "messages[0].content"
-    assert field_path(("stop", "list[str]", 3)) == "stop[3]"
+    assert field_path(("messages", 0, "content", "str"), ChatCompletionRequest) == "messages[0].content"
+    assert field_path(("stop", "list[str]", 3), CompletionRequest) == "stop[3]"
+    assert field_path(("tools", 0, "function", "parameters"), ChatCompletionRequest) == "tools[0].function.parameters"
+    assert field_path(("stream_options", "continuous_usage_stats"), CompletionRequest) == (
+        "stream_options.continuous_usage_stats")
