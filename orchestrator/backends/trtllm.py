@@ -104,6 +104,9 @@ class TrtllmBackend:
         config = build_executor_config(trtllm, settings, self._runtime)
         tokenizer = Tokenizer.from_file(str(settings.engine_dir / "tokenizer.json"))
         self._requests = RequestBuilder(trtllm, settings.manifest, tokenizer, engine_vocab_size(settings.engine_dir))
+        # The constructor holds the GIL for the whole load (reference §8): this worker's loop is frozen until it
+        # returns, the thread notwithstanding. Nothing waits on it meanwhile: the server sent the load and awaits
+        # one answer within its load timeout, shows the model as loading and serves everything else itself.
         self._executor = await asyncio.to_thread(
             trtllm.Executor, settings.engine_dir, trtllm.ModelType.DECODER_ONLY, config
         )

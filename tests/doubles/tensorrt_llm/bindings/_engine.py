@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -38,6 +39,7 @@ class EngineFacts:
     kv_bytes_per_token: int  # K and V, all layers, all ranks
     vocab_size: int
     fail_after_tokens: int | None
+    load_s: float  # how long the constructor holds the GIL, as a real engine load does
 
     @classmethod
     def read(cls, folder: Path) -> EngineFacts:
@@ -64,6 +66,7 @@ class EngineFacts:
             kv_bytes_per_token=per_token,
             vocab_size=pretrained["vocab_size"],
             fail_after_tokens=_fault_plan(folder / "rank0.engine").get("fail_after_tokens"),
+            load_s=float(_fault_plan(folder / "rank0.engine").get("load_s", 0)),
         )
 
 
@@ -151,9 +154,25 @@ class Sequence:
         return tensor
 
 
+def hold_the_gil(seconds: float) -> None:
+    """Keep the GIL for `seconds`, as the real constructor does while it loads an engine: no other thread of
+    this process runs meanwhile (the switch interval is the longest a thread keeps the GIL when another waits)."""
+    if seconds <= 0:
+        return
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(seconds + 1)
+    try:
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            pass
+    finally:
+        sys.setswitchinterval(interval)
+
+
 class Engine:
     def __init__(self, folder: Path, config, make_response: Callable, make_stats: Callable):
         self.facts = EngineFacts.read(folder)
+        hold_the_gil(self.facts.load_s)
         self._check_parallel(config)
         self._make_response, self._make_stats = make_response, make_stats
         self._max_batch = min(config.max_batch_size or self.facts.max_batch_size, self.facts.max_batch_size)

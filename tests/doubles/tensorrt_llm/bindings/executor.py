@@ -28,7 +28,8 @@ executor was configured with gather_generation_logits. One step (one token for e
 finished; once it has begun, new requests, cancel_request and await_responses raise.
 The engine file rank0.engine may hold a JSON fault plan, {"fail_after_tokens": N}: the step in which a
 request reaches N tokens fails, and every running request gets an error response, as when a real
-forward pass fails.
+forward pass fails; {"load_s": S}: the constructor holds the GIL for S seconds, as the real one does for the
+whole engine load (reference §8), so no other thread of the worker runs meanwhile.
 """
 
 from __future__ import annotations
