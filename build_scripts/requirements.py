@@ -13,6 +13,7 @@ REQUIRED_TRTLLM = "1.2.1"  # the version the planner's flags were checked agains
 TRTLLM_LINE = "1.2."  # any 1.2.x release has the TensorRT engine path and these flags
 TRTLLM_CONTAINER = f"nvcr.io/nvidia/tensorrt-llm/release:{REQUIRED_TRTLLM}"
 DISK_MARGIN = 1.25  # temporary files and the log on top of the estimate
+GGUF_BYTES_PER_PARAM = 1.07  # Q8_0, the largest common GGUF quantisation (the file is linked, or copied once)
 ARCH_NAMES = {"sm80": "Ampere (A100)", "sm86": "Ampere", "sm89": "Ada (L4, L40S)", "sm90": "Hopper (H100, H200)",
               "sm100": "Blackwell (B200)", "sm120": "Blackwell"}
 
@@ -31,6 +32,9 @@ def arch_name(arch: str) -> str:
 
 
 def requirements(spec: BuildSpec) -> Requirements:
+    if spec.recipe.target.backend == "llamacpp":  # the GGUF file as it is: up to Q8_0's 8.5 bits per weight
+        weights = int(spec.recipe.parameters * GGUF_BYTES_PER_PARAM)
+        return Requirements(0, "any", int(weights * DISK_MARGIN), weights, "llama-cpp-python (pip install -e '.[llamacpp]')")
     weights = int(spec.recipe.parameters * spec.weight_bytes_per_param)
     if spec.recipe.target.backend == "hf":
         return Requirements(0, "any", int(weights * DISK_MARGIN), weights, "torch, transformers (pip install -e '.[hf]')")

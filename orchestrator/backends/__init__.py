@@ -12,6 +12,7 @@ from orchestrator.engine.manifest import EngineManifest
 _MODULES = {
     "hf": "orchestrator.backends.hf",
     "trtllm": "orchestrator.backends.trtllm",
+    "llamacpp": "orchestrator.backends.llamacpp",
 }
 
 
@@ -48,6 +49,7 @@ class Features:
 _FEATURES = {
     "hf": Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True),
     "trtllm": Features(penalties=True, logprobs=True, top_logprobs=False, logit_bias=True, min_p=True),
+    "llamacpp": Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True),
 }
 _TRTLLM_WITH_LOGITS = Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True)
 _NO_GENERATION_LOGITS = (

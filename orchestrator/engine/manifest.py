@@ -17,13 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 MANIFEST_FILE = "engine.json"
 SCHEMA_VERSION = 1
-Backend = Literal["hf", "trtllm"]
+Backend = Literal["hf", "trtllm", "llamacpp"]
 # What the folder holds. hf: safetensors weights for transformers; trtllm: TensorRT engines (rank*.engine)
-# for the Executor. A later TensorRT-LLM target, a prepared checkpoint for the LLM API's PyTorch backend,
-# would be one more value here (see docs/building.md).
-EngineFormat = Literal["hf-safetensors", "trt-engine"]
-IMPLIED_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine"}
-BACKEND_FORMATS: dict[str, tuple[EngineFormat, ...]] = {"hf": ("hf-safetensors",), "trtllm": ("trt-engine",)}
+# for the Executor; gguf: one model.gguf for llama.cpp. A later TensorRT-LLM target, a prepared checkpoint for
+# the LLM API's PyTorch backend, would be one more value here (see docs/building.md).
+EngineFormat = Literal["hf-safetensors", "trt-engine", "gguf"]
+IMPLIED_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine", "llamacpp": "gguf"}
+BACKEND_FORMATS: dict[str, tuple[EngineFormat, ...]] = {
+    "hf": ("hf-safetensors",), "trtllm": ("trt-engine",), "llamacpp": ("gguf",)
+}
 
 
 class _Frozen(BaseModel):
@@ -142,6 +144,8 @@ def required_files(manifest: EngineManifest) -> list[str]:
     files = ["tokenizer.json"]
     if manifest.engine_format == "hf-safetensors":
         files += ["config.json", "model.safetensors"]
+    elif manifest.engine_format == "gguf":
+        files += ["model.gguf"]
     else:
         files += ["config.json"] + [f"rank{rank}.engine" for rank in range(manifest.parallel.world_size)]
     return files
