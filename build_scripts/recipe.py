@@ -144,7 +144,7 @@ class Recipe(_Frozen):
         backend = self.target.backend
         if backend in PORTABLE_BACKENDS:
             if self.quantization or self.parallel.tp_choices != (1,) or self.parallel.pp_size != 1:
-                raise ValueError(f"{backend} engines run on one device; a GGUF file carries its own quantisation")
+                raise ValueError(f"{backend} engines run on one device without quantisation (a GGUF file carries its own)")
             if self.convert is not None:
                 raise ValueError(f"{backend} engines are built in process; [convert] is for TensorRT-LLM")
         elif self.convert is None:

@@ -87,6 +87,7 @@ class EngineLoop:
         self._running: dict[str, Sequence] = {}  # by request id, in admission order
         self._step = 0
         self._reused_tokens = 0
+        self.preemptions = 0
         self._latency_ms: float | None = None
         self.snapshot = self._stats()
         self._thread = threading.Thread(target=self._run, name="llamacpp-engine", daemon=True)
@@ -261,6 +262,7 @@ class EngineLoop:
         slot.tokens.clear()
         slot.owner, sequence.slot, sequence.computed = None, None, 0
         self._enqueue(sequence, front=True)
+        self.preemptions += 1
         log.info("preempted %s: the KV cache is full; it resumes when room frees", sequence.request.id)
         return True
 
