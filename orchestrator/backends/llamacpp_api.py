@@ -21,7 +21,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 PINNED_BINDING = "0.3.36"  # llama-cpp-python, bundling llama.cpp 0c1e570
-_LOG_WARN = 3  # GGML_LOG_LEVEL_WARN
+_LOG_WARN, _LOG_ERROR = 3, 4  # GGML_LOG_LEVEL_WARN, _ERROR (5, CONT, continues any level)
 _state: dict = {}  # the imported bindings and the log callback, kept alive for the process
 
 
@@ -31,7 +31,7 @@ def bindings():
         import llama_cpp
 
         def forward(level: int, text: bytes, _user) -> None:
-            if level >= _LOG_WARN and text:
+            if level in (_LOG_WARN, _LOG_ERROR) and text:
                 log.warning("llama.cpp: %s", text.decode(errors="replace").rstrip())
 
         callback = llama_cpp.llama_log_callback(forward)
@@ -204,3 +204,27 @@ class Context:
         if self.handle:
             self._lib.llama_free(self.handle)
             self.handle = None
+
+
+class SamplerChain:
+    """llama.cpp's own per-sequence sampler chain (temperature, top-p, a seeded draw; or greedy), sampling from
+    a row of the last decode's logits. The backend samples in numpy instead; this exists so the benchmark can
+    compare the two on the same logits (bench/llamacpp_sampling.py)."""
+
+    def __init__(self, temperature: float, top_p: float, seed: int):
+        lib = bindings()
+        self._lib = lib
+        self.handle = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        if temperature == 0.0:
+            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_greedy())
+        else:
+            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_temp(temperature))
+            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_top_p(top_p, 1))
+            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_dist(seed))
+
+    def sample(self, context: Context, batch_index: int) -> int:
+        """The token for the batch row `batch_index` (its place in the batch, not among the logit rows)."""
+        return self._lib.llama_sampler_sample(self.handle, context.handle, batch_index)
+
+    def free(self) -> None:
+        self._lib.llama_sampler_free(self.handle)

@@ -189,8 +189,7 @@ def _kept(scaled: np.ndarray, s) -> tuple[np.ndarray | None, np.ndarray]:
             if probs.sum() >= s.top_p:
                 break
         else:
-            ids = _top(scaled, vocab)
-            probs = np.exp(scaled[ids] - lse)
+            return _wide_nucleus(np.exp(scaled - lse), s.top_p, float(probs[-1]))
     else:
         return None, np.exp(scaled - lse)
     if s.top_p < 1.0:
@@ -198,6 +197,20 @@ def _kept(scaled: np.ndarray, s) -> tuple[np.ndarray | None, np.ndarray]:
         keep = max(1, int((mass_before < s.top_p * total).sum()))
         ids, probs = ids[:keep], probs[:keep]
     return ids, probs
+
+
+def _wide_nucleus(probs: np.ndarray, top_p: float, below: float) -> tuple[np.ndarray, np.ndarray]:
+    """A nucleus wider than the candidates tried: the smallest probability threshold whose tokens reach
+    `top_p`, found by bisection under `below` (no full sort); the tokens in id order."""
+    low, high = 0.0, below
+    for _ in range(40):
+        middle = (low + high) / 2
+        if probs[probs >= middle].sum() >= top_p:
+            low = middle
+        else:
+            high = middle
+    ids = np.flatnonzero(probs >= low)
+    return ids, probs[ids]
 
 
 def _sampled_choice(row: np.ndarray, sampler: SequenceSampler) -> Choice:

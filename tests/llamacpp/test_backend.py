@@ -86,7 +86,7 @@ def test_sampling_fields(engine):
     greedy = tokens(one(engine, max_new=16))
     sampled = [tokens(one(engine, max_new=16, sampling=SamplingParams(temperature=1.5, seed=s))) for s in (1, 2)]
     assert sampled[0] != sampled[1]  # temperature and seed
-    for narrow in (dict(top_k=1), dict(top_p=0.01), dict(min_p=1.0)):
+    for narrow in (dict(top_k=1), dict(top_p=1e-5), dict(min_p=1.0)):  # 1e-5 < 1 / vocabulary
         params = SamplingParams(temperature=1.5, seed=1, **narrow)
         assert tokens(one(engine, max_new=16, sampling=params)) == greedy, narrow
 
