@@ -30,6 +30,7 @@ import aiohttp
 from bench.__main__ import summarise
 from bench.loadgen import Timing, stream_one
 from bench.prompts import messages
+from orchestrator.backends.llamacpp import default_threads
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.launch import start_server
 
@@ -52,7 +53,7 @@ def body(model: str, index: int, max_tokens: int) -> dict:
 async def run_level(api: str, model: str, concurrency: int, requests: int, max_tokens: int) -> dict:
     indices = iter(range(requests))
     timings: list[Timing] = []
-    connector = aiohttp.TCPConnector(limit=concurrency)
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=True)  # llama-server closes after a stream
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=900)) as session:
 
         async def client() -> None:
@@ -112,15 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", default="1,16")
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=default_threads(os.cpu_count() or 1),
+                        help="llama.cpp threads on both sides (default: the backend's, one core left free)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args(argv)
     levels = [int(c) for c in args.levels.split(",")]
     manifest = load_manifest(args.engine)
     cells = manifest.kv_cache.default_budget_bytes // manifest.kv_cache.bytes_per_token // CELL_PADDING * CELL_PADDING
-    threads = os.cpu_count() or 1
+    threads = args.threads
     report: dict = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": threads, "platform": platform.platform(), "load_avg": os.getloadavg()},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg": os.getloadavg()},
         "engine": str(args.engine),
         "workload": {"prompts": args.requests, "max_tokens": args.max_tokens, "ignore_eos": True, "greedy": True,
                      "stream": True, "levels": levels},
@@ -128,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="inferno-llamacpp-bench-") as tmp:
         print("inferno (llamacpp backend):", flush=True)
-        server = start_server(args.engine.parent, Path(tmp) / "inferno.log", "--models", args.engine.name)
+        server = start_server(args.engine.parent, Path(tmp) / "inferno.log", "--models", args.engine.name,
+                              "--worker.threads", str(threads))
         try:
             report["inferno"] = asyncio.run(measure(server.api, args.engine.name, levels, args.requests,
                                                     args.max_tokens, "inferno"))
