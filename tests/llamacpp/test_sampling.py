@@ -159,7 +159,7 @@ def test_logprobs_are_those_of_the_distribution_that_chose():
     choice = sample(row.copy(), [greedy])[0]
     expected = row[0] - np.log(np.exp(row[0]).sum())
     assert choice.logprob == pytest.approx(float(expected[7]), abs=1e-5)
-    assert [t for t, _ in choice.top][0] == 7 and len(choice.top) == 3
+    assert choice.top[0][0] == 7 and len(choice.top) == 3
     assert [lp for _, lp in choice.top] == sorted((lp for _, lp in choice.top), reverse=True)
 
     top2 = sampler(SamplingParams(temperature=1.0, top_k=2, seed=9), logprobs=True, top_logprobs=5)
