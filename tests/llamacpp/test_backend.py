@@ -152,19 +152,20 @@ def test_the_ram_cache_restores_a_prefix_whose_slot_was_reused(gguf_engine, tmp_
         two_slots.close()
 
 
-def test_kv_pressure_preempts_and_every_answer_completes(gguf_engine, tmp_path):
+def test_kv_pressure_preempts_and_every_answer_completes(engine, gguf_engine, tmp_path):
+    texts = ["Tell me a story.", "Describe Paris.", "Explain gravity.", "What is rain?"]
+    roomy = [tokens(one(engine, text=t, max_new=150, ignore_eos=True)) for t in texts]
     small = Engine(engine_variant(gguf_engine, tmp_path, "small-kv", max_batch_size=4),
                    kv_cache_bytes=512 * 23_040)
     try:
-        texts = ["Tell me a story.", "Describe Paris.", "Explain gravity.", "What is rain?"]
-        alone = [tokens(small.run(request(small, text=t, max_new=150, ignore_eos=True))[0]) for t in texts]
         together = small.run(*(request(small, text=t, max_new=150, ignore_eos=True) for t in texts))
-        assert small.backend._engine.preemptions > 0  # 4 x ~160 cells do not fit in 512
-        for mine, solo in zip(together, alone, strict=True):
+        assert small.backend._engine.preemptions > 0  # 4 x ~155 cells do not fit in 512
+        for mine, canonical in zip(together, roomy, strict=True):
             assert len(tokens(mine)) == 150 and mine[-1].finish is FinishReason.LENGTH
-            # Before the cache filled, the answers agree token for token. Later ones may drift: a preempted
-            # sequence's cells are recomputed in one prompt batch, whose rounding differs from one-token decodes.
-            assert tokens(mine)[:30] == solo[:30]
+            # Until the cache fills, the answers are those of an engine with room to spare. Past that point a
+            # near-tie may go the other way: recomputed or relocated cells are summed in another order, and
+            # llama.cpp's 8-bit activations turn the last bits into visible differences (docs/llamacpp.md).
+            assert tokens(mine)[:30] == canonical[:30]
     finally:
         small.close()
 
