@@ -27,6 +27,7 @@ import numpy as np
 from orchestrator.backends.llamacpp_api import Context
 from orchestrator.backends.llamacpp_cache import RamPromptCache, Slot, place, worth_saving
 from orchestrator.backends.llamacpp_sampling import SequenceSampler, sample
+from orchestrator.backends.llamacpp_slots import SlotTable
 from orchestrator.backends.llamacpp_step import PREFILL_WHILE_DECODING, StepPlan, plan_step
 from orchestrator.backends.protocol import BackendStats
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
@@ -78,7 +79,7 @@ class EngineLoop:
         self._end_tokens = end_tokens
         self._deliver = deliver
         self._die = die
-        self._slots = [Slot(seq) for seq in range(context.n_seq_max)]
+        self._table = SlotTable(context, limits.n_ctx)
         self._ram = RamPromptCache(limits.ram_cache_bytes)
         self._inbox: deque = deque()
         self._wake = threading.Event()
@@ -187,7 +188,7 @@ class EngineLoop:
     # -- admission and KV room ---------------------------------------------------------------------------------
     def _admit(self, deltas: dict[str, TokenDelta]) -> None:
         while self._waiting:
-            free = [slot for slot in self._slots if slot.owner is None]
+            free = self._table.free()
             if not free:
                 return
             sequence = self._waiting[0]
@@ -197,7 +198,7 @@ class EngineLoop:
                 self._fail(deltas, sequence, ContextLengthExceeded(
                     f"the sequence needs {needed} KV cells and this model's cache has {self._limits.n_ctx}"))
                 continue
-            if self._running and needed > self._cells_free() + self._cells_idle():
+            if self._running and needed > self._table.cells_free() + self._table.cells_idle():
                 return  # it waits for running sequences to finish
             self._waiting.popleft()
             self._place(sequence, free)
@@ -208,8 +209,7 @@ class EngineLoop:
         slot, reuse = placement.slot, placement.reuse
         if placement.restore is not None and not self._restore(slot, placement.restore):
             slot, reuse = placement.slot, 0
-        self._ctx.seq_truncate(slot.seq, reuse)
-        del slot.tokens[reuse:]
+        self._table.truncate(slot, reuse)
         slot.owner, slot.last_used = sequence.request.id, self._step
         sequence.slot, sequence.computed = slot, reuse
         if sequence.cached is None and sequence.generated == 0:
@@ -218,9 +218,8 @@ class EngineLoop:
         self._running[sequence.request.id] = sequence
 
     def _restore(self, slot: Slot, tokens: tuple[int, ...]) -> bool:
-        self._ctx.seq_truncate(slot.seq, 0)
-        slot.tokens.clear()
-        if not self._make_room(len(tokens), keep=slot):
+        self._table.truncate(slot, 0)
+        if not self._table.make_room(len(tokens), keep=slot):
             return False
         if not self._ctx.set_seq_state(slot.seq, self._ram.take(tokens)):
             self._ctx.seq_truncate(slot.seq, 0)
@@ -228,38 +227,13 @@ class EngineLoop:
         slot.tokens.extend(tokens)
         return True
 
-    def _cells_free(self) -> int:
-        return self._limits.n_ctx - sum(len(slot.tokens) for slot in self._slots)
-
-    def _cells_idle(self) -> int:
-        return sum(len(slot.tokens) for slot in self._slots if slot.owner is None)
-
-    def _make_room(self, cells: int, keep: Slot | None = None) -> bool:
-        """Drop cached prefixes, least recently used first, until `cells` cells are free."""
-        idle = sorted((s for s in self._slots if s.owner is None and s.tokens and s is not keep),
-                      key=lambda s: s.last_used)
-        while self._cells_free() < cells and idle:
-            slot = idle.pop(0)
-            self._ctx.seq_truncate(slot.seq, 0)
-            slot.tokens.clear()
-        return self._cells_free() >= cells
-
-    def _drop_idle(self) -> bool:
-        """Drop every cached prefix; False if there was none."""
-        idle = [s for s in self._slots if s.owner is None and s.tokens]
-        for slot in idle:
-            self._ctx.seq_truncate(slot.seq, 0)
-            slot.tokens.clear()
-        return bool(idle)
-
     def _preempt_newest(self) -> bool:
         """Give the cells of the most recently admitted running sequence back; False if only one runs."""
         if len(self._running) < 2:
             return False
         sequence = self._running.pop(next(reversed(self._running)))
         slot = sequence.slot
-        self._ctx.seq_truncate(slot.seq, 0)
-        slot.tokens.clear()
+        self._table.truncate(slot, 0)
         slot.owner, sequence.slot, sequence.computed = None, None, 0
         self._enqueue(sequence, front=True)
         self.preemptions += 1
@@ -272,7 +246,7 @@ class EngineLoop:
         while True:
             pending = [(rid, s.left) for rid, s in self._running.items()]
             plan = plan_step(pending, self._limits.n_batch, self._limits.prefill_while_decoding)
-            if self._make_room(plan.tokens):
+            if self._table.make_room(plan.tokens):
                 return plan
             if not self._preempt_newest():
                 lone = next(iter(self._running.values()))
@@ -287,7 +261,7 @@ class EngineLoop:
         started = time.perf_counter()
         status = self._ctx.decode(plan.tokens)
         if status == 1:  # llama.cpp found no room after all: free more and try again next step
-            if not self._preempt_newest() and not self._drop_idle():
+            if not self._preempt_newest() and not self._table.drop_idle():
                 for sequence in list(self._running.values()):
                     self._fail(deltas, sequence, EngineError("the KV cache has no room for this sequence"))
             return
@@ -372,7 +346,7 @@ class EngineLoop:
             self._ram.put(tuple(slot.tokens), self._ctx.seq_state(slot.seq))
 
     def _stats(self) -> BackendStats:
-        used = sum(len(slot.tokens) for slot in self._slots if slot.owner is not None)
+        used = self._table.cells_running()
         n_ctx = self._limits.n_ctx
         return BackendStats(
             running=len(self._running),

@@ -152,11 +152,16 @@ def test_the_ram_cache_restores_a_prefix_whose_slot_was_reused(gguf_engine, tmp_
         two_slots.close()
 
 
-def test_kv_pressure_preempts_and_every_answer_completes(engine, gguf_engine, tmp_path):
+def test_kv_pressure_preempts_and_every_answer_completes(gguf_engine, tmp_path):
     texts = ["Tell me a story.", "Describe Paris.", "Explain gravity.", "What is rain?"]
-    roomy = [tokens(one(engine, text=t, max_new=150, ignore_eos=True)) for t in texts]
-    small = Engine(engine_variant(gguf_engine, tmp_path, "small-kv", max_batch_size=4),
-                   kv_cache_bytes=512 * 23_040)
+    folder = engine_variant(gguf_engine, tmp_path, "four-slots", max_batch_size=4)
+    roomy_engine = Engine(folder)  # fresh, as the small one: the same cells in the same places until it fills
+    try:
+        roomy = [tokens(d) for d in roomy_engine.run(
+            *(request(roomy_engine, text=t, max_new=150, ignore_eos=True) for t in texts))]
+    finally:
+        roomy_engine.close()
+    small = Engine(folder, kv_cache_bytes=512 * 23_040)
     try:
         together = small.run(*(request(small, text=t, max_new=150, ignore_eos=True) for t in texts))
         assert small.backend._engine.preemptions > 0  # 4 x ~155 cells do not fit in 512
