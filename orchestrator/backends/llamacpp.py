@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 
 from orchestrator.backends.protocol import (
     BackendSettings,
@@ -92,6 +93,9 @@ class LlamaCppBackend:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._outputs: EngineOutputs | None = None
         self._dead: str | None = None
+        self._grammars = None  # structured.matcher.GrammarCache, made with the first constrained request
+        self._grammar_lock = threading.Lock()
+        self._compiling: set[str] = set()  # constrained requests whose grammar is compiling, not yet submitted
 
     async def start(self, outputs: EngineOutputs) -> LoadReport:
         self._loop = asyncio.get_running_loop()
@@ -169,9 +173,45 @@ class LlamaCppBackend:
     def submit(self, request: EngineRequest) -> None:
         if self._dead is not None:
             raise EngineDead(f"the llama.cpp engine stopped: {self._dead}")
-        self._engine.submit(request)
+        if request.guide is None:
+            self._engine.submit(request)
+            return
+        # Its grammar compiles off the event loop (cached after the first time), then it joins the engine.
+        self._compiling.add(request.id)
+        self._loop.create_task(self._submit_guided(request), name=f"grammar-{request.id}")
+
+    async def _submit_guided(self, request: EngineRequest) -> None:
+        try:
+            constraint = await asyncio.to_thread(self._constraint, request)
+        except Exception as exc:
+            if request.id in self._compiling:
+                self._compiling.discard(request.id)
+                error = EngineError(f"the request's grammar did not compile in the engine: {exc}")
+                self._deliver([TokenDelta(request.id, finish=FinishReason.ERROR, error=error)])
+            return
+        if request.id not in self._compiling:
+            return  # cancelled while it compiled: its final delta has been delivered
+        self._compiling.discard(request.id)
+        if self._dead is not None:
+            return  # the worker has failed every request it held
+        self._engine.submit(request, constraint)
+
+    def _constraint(self, request: EngineRequest):
+        """The request's grammar as a token constraint (on a worker thread: a first compile takes a while)."""
+        from orchestrator.structured.matcher import GrammarCache, RowConstraint
+        from orchestrator.structured.vocabulary import load_vocabulary
+
+        with self._grammar_lock:
+            if self._grammars is None:
+                ends = tuple(sorted(self._manifest.tokenizer.eos_token_ids))
+                self._grammars = GrammarCache(load_vocabulary(self._settings.engine_dir, stop_token_ids=ends))
+        return RowConstraint(self._grammars.new_state(request.guide), self._grammars.vocabulary.size)
 
     def cancel(self, request_id: str) -> None:
+        if request_id in self._compiling:  # never reached the engine
+            self._compiling.discard(request_id)
+            self._loop.call_soon(self._deliver, [TokenDelta(request_id, finish=FinishReason.CANCELLED)])
+            return
         if self._engine is not None and self._dead is None:
             self._engine.cancel(request_id)
 

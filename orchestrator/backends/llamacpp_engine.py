@@ -26,7 +26,7 @@ import numpy as np
 
 from orchestrator.backends.llamacpp_api import Context
 from orchestrator.backends.llamacpp_cache import RamPromptCache, Slot, place, worth_saving
-from orchestrator.backends.llamacpp_sampling import SequenceSampler, sample
+from orchestrator.backends.llamacpp_sampling import SequenceSampler, TokenConstraint, sample
 from orchestrator.backends.llamacpp_slots import SlotTable
 from orchestrator.backends.llamacpp_step import PREFILL_WHILE_DECODING, StepPlan, plan_step
 from orchestrator.backends.protocol import BackendStats
@@ -97,8 +97,9 @@ class EngineLoop:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, request: EngineRequest) -> None:
-        self._inbox.append(("submit", request))
+    def submit(self, request: EngineRequest, constraint: TokenConstraint | None = None) -> None:
+        """Queue a request; `constraint` is its grammar (structured outputs), already compiled."""
+        self._inbox.append(("submit", (request, constraint)))
         self._wake.set()
 
     def cancel(self, request_id: str) -> None:
@@ -142,7 +143,9 @@ class EngineLoop:
         while self._inbox:
             kind, value = self._inbox.popleft()
             if kind == "submit":
-                sequence = Sequence(value, self._ends(value), self._ctx.n_vocab)
+                request, constraint = value
+                sequence = Sequence(request, self._ends(request), self._ctx.n_vocab)
+                sequence.sampler.constraint = constraint
                 self._enqueue(sequence)
             else:
                 self._cancel(value, deltas)

@@ -17,6 +17,7 @@ del globals()["test_killed_worker_fails_its_stream_with_an_error_event_then_relo
 
 def test_killed_worker_fails_its_stream_with_an_error_then_reloads(server):
     client = openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=60)
+    client.completions.create(model=DEFAULT_MODEL, prompt="Hi", max_tokens=1)  # loaded, whatever ran before
     [pid] = worker_pids(server)
     stream = client.chat.completions.create(model=DEFAULT_MODEL, messages=STORY, max_tokens=4000, stream=True)
     received = 0
