@@ -1,7 +1,8 @@
 """Every error as OpenAI's JSON error, with the status from the one table (errors.py) and the request's id in
 the body, in the `X-Request-Id` header and in the log. aiohttp's own refusals (no such route, wrong method, a
 body over the size limit) are turned into the taxonomy's classes; an unexpected exception is logged with its
-traceback and answered as a 500 without internals (once a stream has begun, the connection is closed)."""
+traceback and answered as a 500 without internals (once a stream has begun, the connection is closed). A
+client that went away hears nothing and is no error: its connection is closed without a log entry."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from orchestrator.api.http import error_response, json_response
 from orchestrator.api.record import record_of
 from orchestrator.api.state import STATE
 from orchestrator.errors import InfernoError, MethodNotAllowed, NotFound, PayloadTooLarge
+from orchestrator.metrics.http_metrics import CLIENT_GONE
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +53,25 @@ async def errors_middleware(http: web.Request, handler) -> web.StreamResponse:
             raise  # a redirect or the like: not an error
         error = from_aiohttp(http, exc)
         return _other_http_error(exc, request_id) if error is None else error_response(error, request_id)
-    except (asyncio.CancelledError, ConnectionResetError):
-        raise  # a client that went away hears nothing
+    except asyncio.CancelledError:
+        raise
+    except ConnectionResetError:
+        return client_gone(http)
     except Exception as exc:
         log.exception("unexpected error on %s %s (request %s)", http.method, http.path, request_id)
         if http.writer.output_size > 0:
             raise  # a stream has begun: aiohttp closes the connection
         return error_response(exc, request_id)
+
+
+def client_gone(http: web.Request) -> web.Response:
+    """The answer to a request whose client went away: its connection is closed (if it is not already) and the
+    499 returned is never written: aiohttp drops a response it cannot send without logging. (Raised on, the
+    ConnectionResetError would be logged by aiohttp as an error with its traceback, for every such client.)"""
+    transport = http.transport
+    if transport is not None and not transport.is_closing():
+        transport.abort()
+    return web.Response(status=CLIENT_GONE)
 
 
 async def stamp_request_id(http: web.Request, response: web.StreamResponse) -> None:

@@ -7,7 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import aiohttp
+import pytest
+
 from tests.app.harness import running_app
+from tests.fakes.clock import until
 
 HI = [{"role": "user", "content": "Say hello."}]
 
@@ -97,3 +101,22 @@ def test_a_body_over_the_limit_is_a_413_whether_its_length_is_declared_or_not(ca
     assert declared_body["error"]["message"] == f"the request body has {len(big)} bytes; this server accepts at most 4096"
     assert streamed_body["error"]["message"] == "the request body is larger than this server accepts (4096 bytes)"
     assert streamed_body["error"]["request_id"].startswith("req_")
+
+
+def test_a_client_gone_mid_request_closes_the_connection_without_an_error_log(catalogue, caplog):
+    """What the handler meets when its client hung up (aiohttp raises ConnectionResetError on a closing
+    transport): the connection is closed, nothing is written and nothing is logged as an error."""
+    async def go():
+        async with running_app(catalogue) as app:
+            app.workers.submit_error = ConnectionResetError("Cannot write to closing transport")
+            body = {"model": app.model, "messages": HI, "stream": True}
+            with pytest.raises(aiohttp.ServerDisconnectedError):
+                await app.client.post("/v1/chat/completions", json=body)
+            await until(lambda: app.scheduler.slots[app.model].running == 0, "the slot to be given back")
+            health = await app.client.get("/health")
+            return health.status
+
+    with caplog.at_level(logging.INFO):
+        status = asyncio.run(go())
+    assert status == 200  # the server goes on serving
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
