@@ -11,7 +11,7 @@ HOST ?=
 PORT ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup serve test test-clients clients bench build-engine default-engine lint clean
+.PHONY: setup serve test test-clients clients bench soak build-engine default-engine lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,13 @@ bench: default-engine $(VENV)/.bench-installed
 	$(BIN)/inferno bench --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) --concurrency 1,4,16 \
 		--requests 48 --osl 64 --in-process $(BENCH_ARGS)
 	$(BIN)/inferno bench swap --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL)
+
+# Mixed traffic for SOAK_S seconds against a server of sim engines and one of the embedded default, watching
+# RSS, fds, threads and asyncio tasks of every server process: a table, a plot and a verdict in bench/results/.
+SOAK_S ?= 1800
+SOAK_ARGS ?=
+soak: default-engine $(VENV)/.bench-installed
+	$(BIN)/inferno bench soak --duration-s $(SOAK_S) --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) $(SOAK_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -87,7 +87,7 @@ def traffic_plan(options: SoakOptions, servers: Servers) -> list[ServerTraffic]:
     if "sim" in servers.processes:
         plan.append(ServerTraffic(
             "sim", servers.processes["sim"].base_url, (SIM_HOT,), options.sim_clients, Mix(),
-            SIM_PAIR, options.swap_clients, options.phase_s, options.admin_every, bad_every_s=1.0,
+            SIM_PAIR, options.swap_clients, options.phase_s, options.admin_every, bad_every_s=0.4,
             probe_every_s=1.0,
         ))
     if "hf" in servers.processes:
@@ -212,6 +212,9 @@ def parse_options(argv: list[str]) -> tuple[SoakOptions, Path, bool]:
     problems += [f"--{name.replace('_', '-')} must not be negative (got {value})"
                  for name, value in (("swap_clients", args.swap_clients), ("hf_clients", args.hf_clients),
                                      ("sim_load_s", args.sim_load_s)) if value < 0]
+    problems += [f"--{name.replace('_', '-')} must be positive (got {value})"
+                 for name, value in (("phase_s", args.phase_s), ("settle_timeout_s", args.settle_timeout_s))
+                 if value is not None and value <= 0]
     if problems:
         parser.error("; ".join(problems))
     options = SoakOptions(

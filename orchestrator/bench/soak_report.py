@@ -4,7 +4,10 @@ time, per server and process, with the phases shaded. The plot needs matplotlib 
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
+
+from orchestrator.bench.soak_series import UNITS, value_of
 
 MiB = 2**20
 HEADER = ("server", "process", "metric", "idle before", "traffic 1/3", "2/3", "3/3", "peak", "idle after",
@@ -59,6 +62,42 @@ def failed_reasons(verdict: dict) -> list[str]:
     return lines
 
 
+TIMELINE_METRICS = ("rss_bytes", "fds", "tasks")
+SHORT = {"rss_bytes": "RSS", "fds": "fds", "tasks": "tasks"}
+
+
+def _slices(samples: list[dict], traffic_slices: int) -> list[tuple[str, list[dict]]]:
+    """The samples by phase, the traffic cut into `traffic_slices` runs of about equal length."""
+    slices = []
+    for phase in ("warmup", "baseline", "traffic", "quiet"):
+        chosen = [s for s in samples if s["phase"] == phase]
+        count = traffic_slices if phase == "traffic" else 1
+        size = -(-len(chosen) // count) if chosen else 0
+        slices += [(phase, chosen[i : i + size]) for i in range(0, len(chosen), size or 1)]
+    return slices
+
+
+def timeline(report: dict, traffic_slices: int = 10) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The judged processes' RSS (MiB), fds and tasks, and each server's requests in flight, as medians over
+    stretches of the run: the warm-up, the idle baseline, tenths of the traffic, the idle end."""
+    samples, rows = report["samples"], report["verdict"]["rows"]
+    columns = [(r["server"], r["process"], r["pid"], r["metric"]) for r in rows if r["metric"] in TIMELINE_METRICS]
+    servers = sorted({server for server, *_ in columns})
+    header = ("phase", "minutes", *(f"{s} {p.split(':')[-1]} {SHORT[m]}" for s, p, _, m in columns),
+              *(f"{s} in flight" for s in servers))
+    table = []
+    for phase, chosen in _slices(samples, traffic_slices):
+        cells = [phase, f"{chosen[0]['t'] / 60:.1f}-{chosen[-1]['t'] / 60:.1f}"]
+        for server, _, pid, metric in columns:
+            values = [v for v in (value_of(s["servers"][server], pid, metric) for s in chosen) if v is not None]
+            cells.append(_cell(statistics.median(values), UNITS[metric]) if values else "-")
+        for server in servers:
+            values = [s["servers"][server]["in_flight"] for s in chosen if s["servers"][server]["in_flight"] is not None]
+            cells.append(_cell(statistics.median(values), "count") if values else "-")
+        table.append(tuple(cells))
+    return header, table
+
+
 def markdown(report: dict) -> str:
     """The whole result as markdown: what ran, the table, the checks, the traffic, the verdict."""
     verdict, traffic = report["verdict"], report["traffic"]
@@ -70,6 +109,8 @@ def markdown(report: dict) -> str:
              "Sizes in MiB. Growth is judged on the traffic period's last two thirds; idle before and after are "
              "the medians of the quiet samples after the warm-up and after the traffic.", ""]
     lines += _markdown_table(HEADER, table_rows(verdict))
+    lines += ["", "## Over time", "", "Medians over each stretch of the run (RSS in MiB).", ""]
+    lines += _markdown_table(*timeline(report))
     lines += ["", "## Checks", ""]
     lines += _markdown_table(("server", "check", "values", "verdict"),
                              [(c["server"], c["check"], c["values"], "pass" if c["passed"] else "FAIL")

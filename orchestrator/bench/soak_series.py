@@ -20,7 +20,7 @@ PROCESS_METRICS = ("rss_bytes", "fds", "threads")
 UNITS = {"rss_bytes": "bytes", "fds": "count", "threads": "count", "tasks": "count"}
 
 
-def _value(server_sample: dict, pid: int, metric: str) -> float | None:
+def value_of(server_sample: dict, pid: int, metric: str) -> float | None:
     if metric == "tasks":
         return server_sample.get("tasks")
     for process in server_sample["processes"]:
@@ -35,7 +35,7 @@ def series(samples: list[dict], server: str, pid: int, metric: str, phase: str) 
     for sample in samples:
         if sample["phase"] != phase:
             continue
-        value = _value(sample["servers"][server], pid, metric)
+        value = value_of(sample["servers"][server], pid, metric)
         if value is not None:
             times.append(sample["t"])
             values.append(value)

@@ -38,11 +38,10 @@ class KindCounts:
 
 
 class Tally:
-    """Counts per (server, kind), and requests the client has in flight per server."""
+    """Counts per (server, kind), and the statuses each invalid request got."""
 
     def __init__(self) -> None:
         self.kinds: dict[str, dict[str, KindCounts]] = defaultdict(lambda: defaultdict(KindCounts))
-        self.in_flight: Counter = Counter()
         self.bad_statuses: dict[str, Counter] = defaultdict(Counter)  # bad request name -> statuses seen
 
     def add(self, server: str, outcome: Outcome) -> None:

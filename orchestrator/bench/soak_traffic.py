@@ -6,7 +6,7 @@
   which a swap driver changes every phase, so each change evicts one model and loads the other; every few
   changes the driver does it by hand instead (waits for the pair's requests to finish, unloads the old model
   and loads the new one through the admin API);
-- invalid requests, each of which must get a 4xx with OpenAI's error object;
+- invalid requests (each kind once per round), each of which must get a 4xx with OpenAI's error object;
 - probes: /health, /ready, /metrics, /v1/models.
 
 Every choice (model, kind, lengths, cut points, pauses, which invalid request) comes from random generators
@@ -133,11 +133,7 @@ class Period:
         return random.Random(":".join(map(str, (self.seed, *names))))
 
     async def _count(self, server: str, work: Awaitable[Outcome]) -> Outcome:
-        self.tally.in_flight[server] += 1
-        try:
-            outcome = await work
-        finally:
-            self.tally.in_flight[server] -= 1
+        outcome = await work
         self.tally.add(server, outcome)
         return outcome
 
@@ -193,9 +189,11 @@ class Period:
 
     async def bad_client(self, server: ServerTraffic) -> None:
         rng, pool = self._rng(server.name, "bad"), self._pool(server)
-        catalogue = bad_requests(server.hot_models[0])
+        catalogue, order = bad_requests(server.hot_models[0]), []
         while not self.stop.is_set():
-            bad = rng.choice(catalogue)
+            if not order:  # every invalid request once per round, in a seeded order
+                order = rng.sample(catalogue, len(catalogue))
+            bad = order.pop()
             outcome, status = await send_bad(pool, bad, server.timeout_s)
             self.tally.add(server.name, outcome)
             self.tally.bad_statuses[bad.name][str(status)] += 1
