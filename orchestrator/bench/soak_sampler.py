@@ -44,36 +44,30 @@ def read_metrics(base_url: str, timeout_s: float = 10) -> dict:
     return {"tasks": tasks, "in_flight": in_flight}
 
 
-def process_stats(pid: int, role: str) -> dict | None:
+def process_stats(pid: int) -> dict | None:
     """RSS, open fds and threads of one process; None when it has gone."""
     try:
         process = psutil.Process(pid)
         with process.oneshot():
-            return {"pid": pid, "role": role, "rss_bytes": process.memory_info().rss, "fds": process.num_fds(),
-                    "threads": process.num_threads()}
+            return {"pid": pid, "name": process.name(), "rss_bytes": process.memory_info().rss,
+                    "fds": process.num_fds(), "threads": process.num_threads()}
     except psutil.Error:
         return None
 
 
-def _name(pid: int) -> str:
-    try:
-        return psutil.Process(pid).name()
-    except psutil.Error:
-        return "gone"
-
-
 def sample_server(server: Watched) -> dict:
-    """One sample of one server (blocking: run it on a thread)."""
-    roles = inferno_roles(f"{server.base_url}/v1", None)(server.pid)
+    """One sample of one server (blocking: run it on a thread). The processes are read before the sample's
+    own requests (/admin/models for their names, /metrics), so that their sockets are not counted."""
     try:
         children = [child.pid for child in psutil.Process(server.pid).children(recursive=True)]
     except psutil.Error:
         children = []
+    found = [stats for stats in map(process_stats, (server.pid, *children)) if stats is not None]
+    roles = inferno_roles(f"{server.base_url}/v1", None)(server.pid)
     processes = []
-    for pid in (server.pid, *children):
-        stats = process_stats(pid, roles.get(pid) or f"child:{_name(pid)}")
-        if stats is not None:
-            processes.append(stats)
+    for stats in found:
+        name = stats.pop("name")
+        processes.append({"pid": stats["pid"], "role": roles.get(stats["pid"]) or f"child:{name}", **stats})
     try:
         metrics = read_metrics(server.base_url)
     except OSError as exc:  # counted against the run: the quiet checks need these numbers
