@@ -103,14 +103,36 @@ async def start_servers(options: SoakOptions, workdir: Path) -> Servers:
     if options.hf_engine is not None:
         engine = options.hf_engine
         starts["hf"] = asyncio.to_thread(lambda: start_hf(workdir, make_hf_engines(workdir, engine), engine.name))
-    results = await asyncio.gather(*starts.values(), return_exceptions=True)
-    started = {name: r for name, r in zip(starts, results, strict=True) if not isinstance(r, BaseException)}
-    servers = Servers({name: r[0] for name, r in started.items()}, {name: r[1] for name, r in started.items()})
+    starting = asyncio.gather(*starts.values(), return_exceptions=True)
+    try:
+        results = await asyncio.shield(starting)
+    except asyncio.CancelledError:  # the threads go on starting servers: let them, then stop what they started
+        _servers(starts, await _outlast_cancels(starting)).stop()
+        raise
+    servers = _servers(starts, results)
     failed = [r for r in results if isinstance(r, BaseException)]
     if failed:
         servers.stop()
         raise SoakError(str(failed[0])) from failed[0]
     return servers
+
+
+async def _outlast_cancels(starting: asyncio.Future) -> list:
+    """The result of `starting`, waited for through any further cancellation (a second Ctrl-C, SIGTERM, the
+    event loop cancelling what is left as it closes): threads cannot be cancelled, and a server one of them
+    starts must be stopped. Each start ends within its own ready timeout."""
+    while True:
+        try:
+            return await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            continue
+
+
+def _servers(names: dict[str, object], results: list) -> Servers:
+    """The servers whose start succeeded: `results` (a server and its arguments, or an exception) in the order
+    of `names`."""
+    started = {name: r for name, r in zip(names, results, strict=True) if not isinstance(r, BaseException)}
+    return Servers({name: r[0] for name, r in started.items()}, {name: r[1] for name, r in started.items()})
 
 
 async def _settled(session: aiohttp.ClientSession, server: ServerProcess) -> bool:
@@ -130,11 +152,10 @@ async def quiet(servers: Servers, swaps: dict[str, SwapState], sampler: Sampler,
             tally.add(name, await admin_call(session, servers.processes[name].base_url, state.models[0], "load"))
             state.current = 0
         deadline = time.monotonic() + options.settle_timeout_s
-        while not all([await _settled(session, s) for s in servers.processes.values()]):
+        while not (settled := all([await _settled(session, s) for s in servers.processes.values()])):
             if time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.5)
-        settled = time.monotonic() <= deadline
     sampler.phase = None
     for index in range(options.quiet_samples):
         if index:

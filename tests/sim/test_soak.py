@@ -1,18 +1,22 @@
 """`inferno bench soak` as users run it, briefly: a subprocess soaking a real server of sim engines with every
-kind of traffic, writing its result, table and plot; and its verdict applied to the run's own samples with a
-leak added."""
+kind of traffic, writing its result, table and plot; its verdict applied to the run's own samples with a
+leak added; and a run cancelled while its server starts, which stops that server."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import subprocess
 import sys
+import threading
 
 import pytest
 
+from orchestrator.bench import soak as soak_module
 from orchestrator.bench.soak_bad_requests import bad_requests
 from orchestrator.bench.soak_series import verdict
+from orchestrator.bench.soak_servers import SimEngines
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -80,3 +84,43 @@ def test_the_verdict_catches_a_leak_added_to_the_runs_own_samples(soak):
     judged = verdict(leaking, {"sim": ["sim-hot"]})
     failed = {(row["process"], row["metric"]) for row in judged["rows"] if not row["passed"]}
     assert failed == {("http", "rss_bytes"), ("http", "tasks")} and not judged["passed"]
+
+
+def test_a_run_cancelled_twice_while_its_server_starts_stops_that_server(sim_engine_dir, tmp_path, monkeypatch):
+    """Ctrl-C, then SIGTERM or a second Ctrl-C, while a thread is still starting the sim server: the run waits
+    for the thread and stops the server it started, then ends cancelled."""
+    entered, release, started = threading.Event(), threading.Event(), []
+    real_start = soak_module.start_sim
+
+    def gated_start(workdir, engines):
+        entered.set()
+        release.wait()
+        server, args = real_start(workdir, engines)
+        started.append(server)
+        return server, args
+
+    monkeypatch.setattr(soak_module, "start_sim", gated_start)
+    options = soak_module.SoakOptions(
+        duration_s=1, sample_s=1, seed=0, hf_engine=None, sim=SimEngines(tokenizer_from=sim_engine_dir),
+        sim_clients=1, swap_clients=0, hf_clients=0, phase_s=5, admin_every=1, quiet_samples=1,
+        settle_timeout_s=1, grace_s=1,
+    )
+
+    async def cancel_while_starting() -> None:
+        starting = asyncio.create_task(soak_module.start_servers(options, tmp_path))
+        assert await asyncio.to_thread(entered.wait, 300), "the sim server's start was never reached"
+        starting.cancel()
+        await asyncio.sleep(0)  # the task takes the first cancellation and waits for the thread again
+        starting.cancel()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+
+    try:
+        asyncio.run(cancel_while_starting())
+    finally:
+        release.set()
+        running = [server for server in started if server.process.poll() is None]
+        for server in running:
+            server.stop()
+    assert len(started) == 1 and not running, "the server started during the cancellation was left running"
