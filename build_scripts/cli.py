@@ -29,7 +29,8 @@ def _recipe_dirs(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Path
 def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inferno build", description="Build an engine ahead of time.")
     parser.add_argument("model", help="a catalog name (see: inferno models catalog)")
-    parser.add_argument("--checkpoint", type=Path, help="local checkpoint folder (default: the recipe's source)")
+    parser.add_argument("--checkpoint", type=Path, help="local checkpoint folder, or a .gguf file for llamacpp "
+                        "recipes (default: the recipe's source)")
     parser.add_argument(
         "--quant", help="a quantisation the recipe allows, e.g. fp8 (default: none); for a -sim model its "
         "precision: fp8 (default) or bf16"
@@ -102,6 +103,10 @@ def make_plan(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, en
         from build_scripts.sim_engine import plan_sim
 
         return plan_sim(spec, options, checkpoint, machine)
+    if spec.recipe.target.backend == "llamacpp":
+        from build_scripts.gguf_engine import plan_gguf
+
+        return plan_gguf(spec, options, checkpoint, machine)
     from build_scripts.trtllm_plan import plan_trtllm
 
     return plan_trtllm(spec, options, checkpoint, machine)

@@ -16,6 +16,7 @@ MISSING = "missing"
 # Manifest key -> the distributions that may provide it (the first installed one wins).
 HF_TOOLS = {name: (name,) for name in ("transformers", "torch", "safetensors", "gguf", "tokenizers")}
 SIM_TOOLS = {name: (name,) for name in ("tokenizers", "transformers", "gguf")}  # the last two: a stand-in tokenizer
+LLAMACPP_TOOLS = {name: (name.replace("_", "-"),) for name in ("llama_cpp_python", "gguf", "transformers", "tokenizers")}
 TRTLLM_TOOLS = {
     "tensorrt_llm": ("tensorrt_llm",),
     "tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12"),
@@ -115,8 +116,8 @@ def find_trtllm_build() -> str | None:
 
 def probe(backend: str, engines_dir: Path, visible_devices: str | None = None) -> Environment:
     """The machine as the build sees it; GPUs are listed only for TensorRT builds (a sim engine needs none)."""
-    if backend in ("hf", "sim"):
-        tools = HF_TOOLS if backend == "hf" else SIM_TOOLS
+    if backend in ("hf", "sim", "llamacpp"):
+        tools = {"hf": HF_TOOLS, "sim": SIM_TOOLS, "llamacpp": LLAMACPP_TOOLS}[backend]
         return Environment(tool_versions(tools), sys.executable, free_disk(engines_dir))
     gpus, problem = list_gpus(visible_devices)
     return Environment(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from build_scripts.catalog import RecipeError
 from build_scripts.fingerprint import fingerprint
-from build_scripts.recipe import DTYPE_BYTES, FP8_MIN_SM, Quantization, Recipe
+from build_scripts.recipe import DTYPE_BYTES, FP8_MIN_SM, PORTABLE_BACKENDS, Quantization, Recipe
 
 if TYPE_CHECKING:
     from build_scripts.environment import Environment, Gpu
@@ -84,7 +84,10 @@ class BuildSpec:
         if quant:
             parts = "weights and KV cache" if quant.kv_cache_dtype else "weights"
             precision = f"{self.quant} ({parts}), {target.dtype} elsewhere"
-        where = f"TP {self.tp_size} x PP {self.pp_size}, {self.arch}" if target.backend == "trtllm" else "any device"
+        where = {"trtllm": f"TP {self.tp_size} x PP {self.pp_size}, {self.arch}", "llamacpp": "llama.cpp on the CPU"}.get(
+            target.backend, "any device")
+        if target.backend == "llamacpp":
+            precision = "the GGUF file's own quantisation"
         return f"{target.backend}: {target.engine_format}, {precision}, {where}"
 
 
@@ -116,8 +119,9 @@ def resolve_spec(recipe: Recipe, options: BuildOptions) -> BuildSpec:
             f"{recipe.name} cannot be built with --tp {tp}; allowed: {', '.join(map(str, recipe.parallel.tp_choices))}"
         )
     arch = options.arch or recipe.target.target_arch
-    if recipe.target.backend == "hf" and arch != "any":
-        raise RecipeError(f"{recipe.name} builds a portable hf engine; --arch applies to TensorRT engines only")
+    if recipe.target.backend in PORTABLE_BACKENDS and arch != "any":
+        raise RecipeError(
+            f"{recipe.name} builds a portable {recipe.target.backend} engine; --arch applies to TensorRT engines only")
     if recipe.target.backend == "trtllm" and (arch == "any" or not arch.startswith("sm") or not arch[2:].isdigit()):
         raise RecipeError(f"--arch {arch}: name a GPU architecture such as sm90 (Hopper) or sm89 (Ada)")
     if not sim and options.quant == "fp8" and int(arch[2:]) < FP8_MIN_SM:

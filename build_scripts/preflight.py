@@ -115,6 +115,14 @@ def _sim_problems(plan: Plan, env: Environment) -> list[str]:
     return []
 
 
+def _llamacpp_problems(env: Environment) -> list[str]:
+    missing = [name for name in ("llama_cpp_python", "gguf", "transformers") if env.tools.get(name, MISSING) == MISSING]
+    if missing:
+        return [f"{', '.join(missing)} not installed: the GGUF engine build checks the file with llama.cpp and reads "
+                "its tokenizer with transformers (pip install -e '.[hf,llamacpp]'; make setup does it)"]
+    return []
+
+
 def _disk_problem(plan: Plan, env: Environment) -> str | None:
     needed = requirements(plan.spec).disk_bytes
     if env.free_disk_bytes >= needed:
@@ -133,6 +141,8 @@ def preflight(plan: Plan) -> tuple[str, ...]:
         problems = _trtllm_problems(plan, env) + _gpu_problems(plan, env)
     elif plan.recipe.target.backend == "sim":
         problems = _sim_problems(plan, env)
+    elif plan.recipe.target.backend == "llamacpp":
+        problems = _llamacpp_problems(env)
     else:
         problems = _hf_problems(env)
     if plan.checkpoint.problem:

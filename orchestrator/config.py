@@ -26,7 +26,9 @@ class WorkerConfig(_Section):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="device for the hf backend: auto picks cuda when torch sees a GPU"
     )
-    threads: int | None = Field(None, ge=1, description="CPU threads per hf worker (default: all cores)")
+    threads: int | None = Field(
+        None, ge=1, description="CPU threads per hf or llamacpp worker (default: hf all cores, llamacpp all but one)"
+    )
     load_timeout_s: float = Field(300.0, gt=0, description="give up on a model load after this long")
     spare: bool = Field(True, description="keep one worker started and its runtime imported, for fast loads")
     spare_refill: Literal["auto", "after-load", "when-idle"] = Field(

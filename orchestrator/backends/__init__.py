@@ -13,6 +13,7 @@ _MODULES = {
     "hf": "orchestrator.backends.hf",
     "trtllm": "orchestrator.backends.trtllm",
     "sim": "orchestrator.backends.sim",
+    "llamacpp": "orchestrator.backends.llamacpp",
 }
 
 
@@ -54,6 +55,7 @@ _FEATURES = {
     # and penalties have no meaning for it and are refused. top_p, top_k and min_p are accepted and change
     # nothing: the simulator's text does not come from a distribution.
     "sim": Features(penalties=False, logprobs=True, top_logprobs=True, logit_bias=False, min_p=True, guided=False),
+    "llamacpp": Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True),
 }
 _TRTLLM_WITH_LOGITS = Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True)
 _NO_GENERATION_LOGITS = (

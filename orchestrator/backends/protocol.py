@@ -41,7 +41,7 @@ class BackendSettings:
     manifest: EngineManifest
     kv_cache_bytes: int  # the budget the memory ledger assigned, in bytes
     device: str = "auto"  # hf only: auto | cpu | cuda
-    threads: int | None = None  # hf only: CPU threads
+    threads: int | None = None  # hf and llamacpp: CPU threads
     capacity_policy: str = "guaranteed_no_evict"  # trtllm only: or max_utilization
 
 

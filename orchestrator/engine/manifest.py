@@ -17,16 +17,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 MANIFEST_FILE = "engine.json"
 SCHEMA_VERSION = 1
-Backend = Literal["hf", "trtllm", "sim"]
+Backend = Literal["hf", "trtllm", "sim", "llamacpp"]
 # What the folder holds. hf: safetensors weights for transformers; trtllm: TensorRT engines (rank*.engine)
-# for the Executor; sim: a simulated engine's parameters (sim.json), no weights. A later TensorRT-LLM target,
-# a prepared checkpoint for the LLM API's PyTorch backend, would be one more value here (see docs/building.md).
-EngineFormat = Literal["hf-safetensors", "trt-engine", "sim-config"]
-IMPLIED_FORMAT: dict[str, EngineFormat] = {"hf": "hf-safetensors", "trtllm": "trt-engine", "sim": "sim-config"}
+# for the Executor; sim: a simulated engine's parameters (sim.json), no weights; gguf: one model.gguf for
+# llama.cpp. A later TensorRT-LLM target, a prepared checkpoint for the LLM API's PyTorch backend, would be one
+# more value here (see docs/building.md).
+EngineFormat = Literal["hf-safetensors", "trt-engine", "sim-config", "gguf"]
+IMPLIED_FORMAT: dict[str, EngineFormat] = {
+    "hf": "hf-safetensors", "trtllm": "trt-engine", "sim": "sim-config", "llamacpp": "gguf"
+}
 BACKEND_FORMATS: dict[str, tuple[EngineFormat, ...]] = {
     "hf": ("hf-safetensors",),
     "trtllm": ("trt-engine",),
     "sim": ("sim-config",),
+    "llamacpp": ("gguf",),
 }
 
 
@@ -179,6 +183,8 @@ def required_files(manifest: EngineManifest) -> list[str]:
         files += ["config.json", "model.safetensors"]
     elif manifest.engine_format == "sim-config":
         files += ["sim.json"]
+    elif manifest.engine_format == "gguf":
+        files += ["model.gguf"]
     else:
         files += ["config.json"] + [f"rank{rank}.engine" for rank in range(manifest.parallel.world_size)]
     return files

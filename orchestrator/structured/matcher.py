@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import xgrammar as xgr
 
@@ -68,6 +69,29 @@ class GuidedState:
     def is_terminated(self) -> bool:
         """True once an end token was accepted: the output is complete."""
         return self._matcher.is_terminated()
+
+
+class RowConstraint:
+    """One request's grammar over one numpy row of logits at a time (llamacpp_sampling's TokenConstraint):
+    `apply` sets every token the grammar forbids now to -inf in place, `accept` advances it by the chosen token.
+    Tokens beyond the grammar's vocabulary (padding) are always forbidden; once the output is complete nothing
+    is allowed (its end token has ended the request)."""
+
+    def __init__(self, state: GuidedState, vocab_size: int):
+        self.state = state
+        self.vocab_size = vocab_size
+        self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+
+    def apply(self, row: np.ndarray) -> None:
+        width = min(row.shape[0], self.vocab_size)
+        row[width:] = -np.inf
+        if self.state.is_terminated:
+            row[:width] = -np.inf
+        elif self.state.fill(self._bitmask, 0):
+            xgr.apply_token_bitmask_inplace(torch.from_numpy(row[:width]).unsqueeze(0), self._bitmask, vocab_size=width)
+
+    def accept(self, token: int) -> None:
+        self.state.accept(token)
 
 
 class GuidedBatchMasker:
@@ -126,4 +150,4 @@ def _apply_with_torch(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[in
     logits[index, :width] = view.masked_fill(~allowed, float("-inf"))
 
 
-__all__ = ["GrammarCache", "GrammarRefused", "GuidedBatchMasker", "GuidedState"]
+__all__ = ["GrammarCache", "GrammarRefused", "GuidedBatchMasker", "GuidedState", "RowConstraint"]

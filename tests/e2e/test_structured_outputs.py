@@ -98,7 +98,22 @@ def test_json_object_gives_a_json_object(client, model):
         model=model, messages=[{"role": "user", "content": "Describe a cat as JSON with keys name and age."}],
         response_format={"type": "json_object"}, temperature=0, max_tokens=200,
     )
-    assert isinstance(json.loads(reply.choices[0].message.content), dict)
+    content, finish = reply.choices[0].message.content, reply.choices[0].finish_reason
+    # Every character was held to the grammar; a reply the model ended is a whole object. (A small quantized model
+    # can fall into repeating keys, which JSON allows, until max_tokens: then what came is an object's beginning.)
+    assert _json_object_accepts(content), f"not the beginning of a JSON object: {content!r}"
+    if finish == "stop":
+        assert isinstance(json.loads(content), dict)
+    else:
+        assert finish == "length", finish
+
+
+def _json_object_accepts(text: str) -> bool:
+    """Whether `text` is a JSON object or the beginning of one (xgrammar's own matcher, byte by byte)."""
+    import xgrammar as xgr
+
+    grammar = xgr.GrammarCompiler(xgr.TokenizerInfo(["{"])).compile_json_schema('{"type": "object"}')
+    return xgr.GrammarMatcher(grammar, terminate_without_stop_token=True).accept_string(text)
 
 
 def test_structured_outputs_choice_and_regex(client, model):
@@ -152,7 +167,7 @@ def test_parallel_required_calls_all_validate(client, model):
     """With parallel calls allowed a small model may keep calling until max_tokens: every call it closed is valid
     (a call cut off by the limit is the only one that may not be)."""
     reply = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER, TIME], tool_choice="required",
-                                           temperature=0, max_tokens=120)
+                                           temperature=0, max_tokens=90)
     choice = reply.choices[0]
     calls = choice.message.tool_calls
     assert choice.finish_reason in ("tool_calls", "length") and calls
@@ -186,8 +201,8 @@ def test_streamed_tool_calls_come_as_openai_sends_them(client, model):
 
 
 def test_a_three_turn_conversation_with_a_tool_result(client, model):
-    first = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER],
-                                           tool_choice="required", temperature=0, max_tokens=200)
+    first = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], tool_choice="required",
+                                           parallel_tool_calls=False, temperature=0, max_tokens=200)
     call = first.choices[0].message.tool_calls[0]
     history = [
         *ASK,

@@ -117,4 +117,6 @@ def test_no_generated_body_breaks_the_server_or_the_engine(server):
     assert (after["pid"], after["crashes"], after["loads"]) == (before["pid"], 0, before["loads"])
     statuses = sorted({status for status, _, _ in results})
     served = sum(1 for status, _, _ in results if status == 200)
-    assert served > BODIES // 10 and 400 in statuses  # both kinds were exercised: served and refused
+    # Both kinds were exercised: bodies served (about one in ten follows the schema all the way to the engine) and
+    # bodies refused.
+    assert served > BODIES // 20 and 400 in statuses

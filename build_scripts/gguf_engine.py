@@ -1,0 +1,126 @@
+"""Planning and building `llamacpp` engines: a GGUF file served as it is by llama.cpp.
+
+The engine folder holds the GGUF file (`model.gguf`, hard-linked where the filesystem allows, else copied),
+the Hugging Face tokenizer made from the file's own vocabulary (`tokenizer.json`: the HTTP process tokenises
+with it; requests reach llama.cpp as token ids), the chat template the file carries, and the manifest, which
+names the llama.cpp build the file was loaded and checked with (build_scripts/gguf_check.py, run as its own
+process because llama.cpp aborts its process on some errors).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from build_scripts.environment import Environment
+from build_scripts.manifest_facts import build_info, model_facts, tokenizer_facts
+from build_scripts.plan import BuildContext, BuildOptions, BuildSpec, Plan, Step, staging_paths
+from build_scripts.sources import Checkpoint
+from orchestrator.engine.manifest import MANIFEST_FILE, EngineManifest, KvCacheFacts
+
+MODEL_FILE = "model.gguf"
+CHECK_FILE = "llamacpp-check.json"
+LLAMA_CPP_COMMITS = {"0.3.36": "0c1e570"}  # llama-cpp-python release -> the llama.cpp commit it bundles
+
+
+def plan_gguf(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment) -> Plan:
+    recipe = spec.recipe
+    output = options.engines_dir.absolute() / spec.name
+    staging, scratch = staging_paths(output, options.build_id)
+    source = checkpoint.path or Path("<FILE.gguf>")
+    inputs = {"recipe": recipe.model_dump(mode="json"), "source": checkpoint.identity, "tools": env.tools,
+              "target_arch": "any"}
+    check = (sys.executable, "-m", "build_scripts.gguf_check", str(staging / MODEL_FILE),
+             str(staging / "tokenizer.json"), str(scratch / CHECK_FILE))
+    steps = (
+        Step("place", f"link (or copy) {source.name} into the engine as {MODEL_FILE}", action=place_gguf),
+        Step("tokenizer", "write tokenizer.json and the chat template from the GGUF file's vocabulary",
+             action=write_tokenizer),
+        Step("check", "load the file with llama.cpp and compare its tokenisation with tokenizer.json", argv=check,
+             tool="gguf_check"),
+        Step("manifest", f"write {MANIFEST_FILE}", action=write_manifest),
+    )
+    return Plan(spec=spec, options=options, checkpoint=checkpoint, output=output, staging=staging,
+                scratch=scratch, inputs=inputs, gpu=None, steps=steps, environment=env)
+
+
+def place_gguf(ctx: BuildContext) -> None:
+    source, target = ctx.plan.checkpoint.path, ctx.workdir / MODEL_FILE
+    try:
+        os.link(source, target)
+    except OSError:  # another filesystem, or links not allowed
+        shutil.copyfile(source, target)
+
+
+def _gguf_fields(path: Path) -> dict:
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    wanted = ("tokenizer.chat_template", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+              "tokenizer.ggml.padding_token_id")
+    return {name: reader.fields[name].contents() for name in wanted if name in reader.fields}
+
+
+def write_tokenizer(ctx: BuildContext) -> None:
+    """tokenizer.json and tokenizer_config.json through transformers' GGUF reader (vocabulary only, no weights);
+    the chat template and end, begin and pad tokens from the file's metadata."""
+    from transformers import AutoTokenizer
+
+    folder = ctx.workdir
+    model = folder / MODEL_FILE
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=MODEL_FILE)
+    tokenizer.save_pretrained(folder)
+    fields = _gguf_fields(model)
+    template = fields.get("tokenizer.chat_template")
+    if template:
+        (folder / "chat_template.jinja").write_text(template)
+    eos = fields.get("tokenizer.ggml.eos_token_id", tokenizer.eos_token_id)
+    generation = {
+        "bos_token_id": fields.get("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": eos,
+        "pad_token_id": fields.get("tokenizer.ggml.padding_token_id", eos),
+    }
+    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2))
+
+
+def _end_tokens(folder: Path, eog_tokens: list[int]) -> None:
+    """The file's end token plus every token llama.cpp treats as end of generation (e.g. Llama 3's <|eot_id|>)."""
+    path = folder / "generation_config.json"
+    generation = json.loads(path.read_text())
+    eos = generation["eos_token_id"]
+    eos = eos if isinstance(eos, list) else [eos]
+    generation["eos_token_id"] = list(dict.fromkeys([*eos, *eog_tokens]))
+    path.write_text(json.dumps(generation, indent=2))
+
+
+def write_manifest(ctx: BuildContext) -> None:
+    plan, folder = ctx.plan, ctx.workdir
+    recipe = plan.recipe
+    facts = json.loads((plan.scratch / CHECK_FILE).read_text())
+    _end_tokens(folder, facts["eog_tokens"])
+    version = facts["llama_cpp_python"]
+    info = build_info(ctx)
+    tools = {**info.tools, "llama_cpp_python": version, "llama_cpp": LLAMA_CPP_COMMITS.get(version, "unknown")}
+    manifest = EngineManifest(
+        name=plan.name,
+        backend="llamacpp",
+        format="gguf",
+        model=model_facts(ctx, {"architectures": [recipe.architecture]}).model_copy(
+            update={"parameters": facts["n_params"]}),
+        dtype="float16",  # llama.cpp computes and caches K and V in 16 bits; the weights keep the file's types
+        quantization=facts["quantization"],
+        limits=recipe.limits,
+        tokenizer=tokenizer_facts(folder),
+        kv_cache=KvCacheFacts(
+            tokens_per_block=1,  # a llama.cpp KV cell holds one token
+            bytes_per_token=facts["kv_bytes_per_token_f16"],
+            default_budget_bytes=recipe.kv_cache.default_budget_bytes,
+        ),
+        weights_bytes=(folder / MODEL_FILE).stat().st_size,
+        generation_defaults=recipe.generation_defaults,
+        build=info.model_copy(update={"tools": tools}),
+    )
+    (folder / MANIFEST_FILE).write_text(manifest.to_json())

@@ -1,0 +1,232 @@
+"""The `llamacpp` backend: a GGUF model on llama.cpp's C API, continuously batched. The CPU default's speed.
+
+One llama.cpp context holds every sequence (a unified KV cache of cells sized from the byte budget the server
+assigns); the engine loop (llamacpp_engine.py) runs one batched `llama_decode` per step on its own thread and
+hands each step's deltas to this worker's event loop in one `call_soon_threadsafe`, which becomes one
+`EngineOutputs.step` call. Sampling is per sequence, in numpy (llamacpp_sampling.py); prefixes are reused from
+free sequence slots and from a host-RAM prompt cache (llamacpp_cache.py). Every llama.cpp call lives in
+llamacpp_api.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+
+from orchestrator.backends.protocol import (
+    BackendSettings,
+    BackendStats,
+    EngineOutputs,
+    LoadReport,
+    RequestStreams,
+)
+from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
+from orchestrator.errors import BackendUnavailable, EngineDead, EngineError
+
+log = logging.getLogger(__name__)
+
+WARMUP_ID = "warmup"
+MODEL_FILE = "model.gguf"
+STOP_TIMEOUT_S = 30.0
+CELL_PADDING = 256  # llama.cpp rounds a context's cells to a multiple of this
+RAM_CACHE_SHARE = 0.5  # the host-RAM prompt cache may hold this much of the KV budget again
+
+
+def preload() -> None:
+    """Import the bindings and load libllama (a spare worker does this while it waits)."""
+    from orchestrator.backends.llamacpp_api import bindings
+
+    bindings()
+
+
+def create(settings: BackendSettings) -> LlamaCppBackend:
+    try:
+        from orchestrator.backends import llamacpp_api
+    except ImportError as exc:
+        raise BackendUnavailable(_missing(exc.name)) from exc
+    try:
+        version = llamacpp_api.binding_version()
+    except ImportError as exc:
+        raise BackendUnavailable(_missing(exc.name)) from exc
+    checked = settings.manifest.build.tools.get("llama_cpp_python")
+    if checked and checked != version:
+        log.warning("%s was checked with llama-cpp-python %s; this worker runs %s",
+                    settings.engine_dir.name, checked, version)
+    return LlamaCppBackend(settings)
+
+
+def _missing(name: str | None) -> str:
+    return (f"the llamacpp backend needs llama-cpp-python=={_pinned()}, and {name} is not installed: "
+            "pip install 'inferno[llamacpp]' (it compiles llama.cpp for this CPU, about 3 minutes on 2 cores)")
+
+
+def _pinned() -> str:
+    from orchestrator.backends.llamacpp_api import PINNED_BINDING
+
+    return PINNED_BINDING
+
+
+def default_threads(cores: int) -> int:
+    """llama.cpp's threads wait for each other at every operation by spinning; one that loses its core to the
+    HTTP process or this worker's event loop stalls every step. So one core is left to them (measured on 2 cores:
+    1 thread decodes at 34 tok/s while the server streams, 2 threads at 8; docs/llamacpp.md)."""
+    return max(1, cores - 1)
+
+
+def kv_cells(settings: BackendSettings) -> int:
+    """The KV cells the byte budget buys (a multiple of llama.cpp's padding, at least one sequence's worth)."""
+    manifest = settings.manifest
+    cells = settings.kv_cache_bytes // manifest.kv_cache.bytes_per_token
+    cells = cells // CELL_PADDING * CELL_PADDING
+    return max(cells, CELL_PADDING)
+
+
+class LlamaCppBackend:
+    def __init__(self, settings: BackendSettings):
+        self._settings = settings
+        self._manifest = settings.manifest
+        self._model = None
+        self._context = None
+        self._engine = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._outputs: EngineOutputs | None = None
+        self._dead: str | None = None
+        self._grammars = None  # structured.matcher.GrammarCache, made with the first constrained request
+        self._grammar_lock = threading.Lock()
+        self._compiling: set[str] = set()  # constrained requests whose grammar is compiling, not yet submitted
+
+    async def start(self, outputs: EngineOutputs) -> LoadReport:
+        self._loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self._load)
+        warm_up = RequestStreams(self)
+        self._outputs = warm_up
+        self._engine.start()
+        await self._warm_up(warm_up)
+        self._outputs = outputs
+        cells = self._context.n_ctx
+        return LoadReport(
+            device="cpu",
+            kv_cache_bytes=cells * self._manifest.kv_cache.bytes_per_token,
+            kv_blocks=cells,
+            tokens_per_block=1,
+            max_batch_size=self._context.n_seq_max,
+        )
+
+    def _load(self) -> None:
+        from orchestrator.backends.llamacpp_api import Context, ContextShape, Model
+        from orchestrator.backends.llamacpp_engine import EngineLimits, EngineLoop
+
+        settings, manifest = self._settings, self._manifest
+        limits = manifest.limits
+        self._model = Model(settings.engine_dir / MODEL_FILE)
+        shape = ContextShape(
+            n_ctx=kv_cells(settings),
+            n_batch=limits.max_num_tokens,
+            n_seq_max=limits.max_batch_size,
+            n_threads=settings.threads or default_threads(os.cpu_count() or 1),
+        )
+        self._context = Context(self._model, shape)
+        engine_limits = EngineLimits(
+            n_ctx=self._context.n_ctx,
+            n_batch=shape.n_batch,
+            max_seq_len=limits.max_seq_len,
+            ram_cache_bytes=int(settings.kv_cache_bytes * RAM_CACHE_SHARE),
+        )
+        ends = frozenset(manifest.tokenizer.eos_token_ids)
+        self._engine = EngineLoop(self._context, engine_limits, ends, self._hand_over, self._hand_over_death)
+        log.info("llama.cpp context: %d KV cells, %d sequences, batch %d, %d threads",
+                 self._context.n_ctx, shape.n_seq_max, shape.n_batch, shape.n_threads)
+
+    async def _warm_up(self, streams: RequestStreams) -> None:
+        """One short request through the whole path, so the first user request does not pay for it."""
+        pad = self._manifest.tokenizer.pad_token_id
+        request = EngineRequest(WARMUP_ID, (pad,) * 8, max_new_tokens=2, sampling=SamplingParams(temperature=0.0))
+        final = (await streams.run(request))[-1]
+        if final.finish is FinishReason.ERROR:
+            raise EngineError(f"the engine failed its warm-up request: {final.error}")
+
+    # -- the engine thread's way back to the event loop -------------------------------------------------------
+    def _hand_over(self, deltas: list[TokenDelta]) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._deliver, deltas)
+        except RuntimeError:  # the worker's loop is closed: it is exiting
+            pass
+
+    def _hand_over_death(self, reason: str) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._die, reason)
+        except RuntimeError:
+            pass
+
+    def _deliver(self, deltas: list[TokenDelta]) -> None:
+        if self._dead is None:
+            self._outputs.step(deltas)
+
+    def _die(self, reason: str) -> None:
+        if self._dead is None:
+            self._dead = reason
+            self._outputs.dead(reason)
+
+    # -- the protocol ------------------------------------------------------------------------------------------
+    def submit(self, request: EngineRequest) -> None:
+        if self._dead is not None:
+            raise EngineDead(f"the llama.cpp engine stopped: {self._dead}")
+        if request.guide is None:
+            self._engine.submit(request)
+            return
+        # Its grammar compiles off the event loop (cached after the first time), then it joins the engine.
+        self._compiling.add(request.id)
+        self._loop.create_task(self._submit_guided(request), name=f"grammar-{request.id}")
+
+    async def _submit_guided(self, request: EngineRequest) -> None:
+        try:
+            constraint = await asyncio.to_thread(self._constraint, request)
+        except Exception as exc:
+            if request.id in self._compiling:
+                self._compiling.discard(request.id)
+                error = EngineError(f"the request's grammar did not compile in the engine: {exc}")
+                self._deliver([TokenDelta(request.id, finish=FinishReason.ERROR, error=error)])
+            return
+        if request.id not in self._compiling:
+            return  # cancelled while it compiled: its final delta has been delivered
+        self._compiling.discard(request.id)
+        if self._dead is not None:
+            return  # the worker has failed every request it held
+        self._engine.submit(request, constraint)
+
+    def _constraint(self, request: EngineRequest):
+        """The request's grammar as a token constraint (on a worker thread: a first compile takes a while)."""
+        from orchestrator.structured.matcher import GrammarCache, RowConstraint
+        from orchestrator.structured.vocabulary import load_vocabulary
+
+        with self._grammar_lock:
+            if self._grammars is None:
+                ends = tuple(sorted(self._manifest.tokenizer.eos_token_ids))
+                self._grammars = GrammarCache(load_vocabulary(self._settings.engine_dir, stop_token_ids=ends))
+        return RowConstraint(self._grammars.new_state(request.guide), self._grammars.vocabulary.size)
+
+    def cancel(self, request_id: str) -> None:
+        if request_id in self._compiling:  # never reached the engine
+            self._compiling.discard(request_id)
+            self._loop.call_soon(self._deliver, [TokenDelta(request_id, finish=FinishReason.CANCELLED)])
+            return
+        if self._engine is not None and self._dead is None:
+            self._engine.cancel(request_id)
+
+    def stats(self) -> BackendStats:
+        if self._engine is None:
+            return BackendStats(0, 0, 0, 0, 0, 1, 0)
+        return self._engine.snapshot
+
+    async def close(self) -> None:
+        if self._engine is not None:
+            self._engine.stop()
+            await asyncio.to_thread(self._engine.join, STOP_TIMEOUT_S)
+            if self._engine.alive:  # still inside a decode: the process exit frees it all
+                return
+        if self._context is not None:
+            self._context.free()
+        if self._model is not None:
+            self._model.free()

@@ -1,0 +1,230 @@
+"""Every llama.cpp C call Inferno makes, in one thin module over llama-cpp-python's ctypes bindings.
+
+llama.cpp renames C functions every few months (the `llama_kv_self_*` calls became `llama_memory_*`); when the
+pinned binding moves, this file is the one to change. Nothing here decides anything: it loads a model, owns one
+context and one batch, and exposes decode, logits, per-sequence KV edits and per-sequence state copies.
+
+The bindings mirror llama.h's structs by hand, so they are used only with the libllama they bundle: the
+`llama-cpp-python` version is pinned (pyproject.toml's `llamacpp` extra) and checked by `binding_version`.
+llama.cpp aborts the process on some internal errors; it runs only inside a model's worker process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+PINNED_BINDING = "0.3.36"  # llama-cpp-python, bundling llama.cpp 0c1e570
+_LOG_WARN, _LOG_ERROR = 3, 4  # GGML_LOG_LEVEL_WARN, _ERROR (5, CONT, continues any level)
+_state: dict = {}  # the imported bindings and the log callback, kept alive for the process
+
+
+def bindings():
+    """The llama_cpp module, imported and initialised once (llama.cpp's logs below warnings are dropped)."""
+    if "lib" not in _state:
+        import llama_cpp
+
+        def forward(level: int, text: bytes, _user) -> None:
+            if level in (_LOG_WARN, _LOG_ERROR) and text:
+                log.warning("llama.cpp: %s", text.decode(errors="replace").rstrip())
+
+        callback = llama_cpp.llama_log_callback(forward)
+        llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _state.update(lib=llama_cpp, log_callback=callback)
+    return _state["lib"]
+
+
+def binding_version() -> str:
+    import llama_cpp
+
+    return llama_cpp.__version__
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    n_vocab: int
+    n_layer: int
+    n_head_kv: int
+    n_embd: int
+    n_head: int
+    n_ctx_train: int
+    n_params: int
+    size_bytes: int
+    description: str
+    chat_template: str | None
+    eog_tokens: tuple[int, ...]  # every token llama.cpp treats as end of generation
+
+
+class Model:
+    """A loaded GGUF model (weights in host memory, mmapped)."""
+
+    def __init__(self, path: Path, vocab_only: bool = False):
+        lib = bindings()
+        params = lib.llama_model_default_params()
+        params.vocab_only = vocab_only
+        self._lib = lib
+        self.handle = lib.llama_model_load_from_file(str(path).encode(), params)
+        if not self.handle:
+            raise RuntimeError(f"llama.cpp could not load {path}")
+        self.vocab = lib.llama_model_get_vocab(self.handle)
+
+    def facts(self) -> ModelFacts:
+        lib, model, vocab = self._lib, self.handle, self.vocab
+        n_vocab = lib.llama_vocab_n_tokens(vocab)
+        description = ctypes.create_string_buffer(256)
+        lib.llama_model_desc(model, description, len(description))
+        template = lib.llama_model_chat_template(model, None)
+        return ModelFacts(
+            n_vocab=n_vocab,
+            n_layer=lib.llama_model_n_layer(model),
+            n_head_kv=lib.llama_model_n_head_kv(model),
+            n_embd=lib.llama_model_n_embd(model),
+            n_head=lib.llama_model_n_head(model),
+            n_ctx_train=lib.llama_model_n_ctx_train(model),
+            n_params=lib.llama_model_n_params(model),
+            size_bytes=lib.llama_model_size(model),
+            description=description.value.decode(errors="replace"),
+            chat_template=template.decode() if template else None,
+            eog_tokens=tuple(t for t in range(n_vocab) if lib.llama_vocab_is_eog(vocab, t)),
+        )
+
+    def tokenize(self, text: str, special: bool = True) -> list[int]:
+        """llama.cpp's own tokenisation (Inferno tokenises with tokenizer.json; this is for checking they agree)."""
+        data = text.encode()
+        room = len(data) + 8
+        tokens = (ctypes.c_int32 * room)()
+        count = self._lib.llama_tokenize(self.vocab, data, len(data), tokens, room, False, special)
+        if count < 0:
+            raise RuntimeError(f"llama_tokenize needs {-count} tokens for {len(data)} bytes")
+        return list(tokens[:count])
+
+    def free(self) -> None:
+        if self.handle:
+            self._lib.llama_model_free(self.handle)
+            self.handle = None
+
+
+@dataclass(frozen=True)
+class ContextShape:
+    n_ctx: int  # KV cells, shared by every sequence (unified KV cache)
+    n_batch: int  # tokens one llama_decode takes
+    n_seq_max: int  # sequence slots
+    n_threads: int
+
+
+class Batch:
+    """One llama_batch whose arrays are numpy arrays allocated once and written in bulk each step."""
+
+    def __init__(self, capacity: int):
+        lib = bindings()
+        self.capacity = capacity
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.seq = np.zeros(capacity, dtype=np.int32)  # one sequence per token
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        self._n_seq_id = np.ones(capacity, dtype=np.int32)
+        seq_base = self.seq.ctypes.data
+        self._seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * capacity)(
+            *(ctypes.cast(seq_base + 4 * i, ctypes.POINTER(ctypes.c_int32)) for i in range(capacity))
+        )
+        self.struct = lib.llama_batch()
+        self.struct.token = self.token.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        self.struct.embd = ctypes.POINTER(ctypes.c_float)()
+        self.struct.pos = self.pos.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        self.struct.n_seq_id = self._n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        self.struct.seq_id = self._seq_ptrs
+        self.struct.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self.struct.n_tokens = 0
+
+
+class Context:
+    """One llama.cpp context: a unified KV cache of `n_ctx` cells shared by `n_seq_max` sequences."""
+
+    def __init__(self, model: Model, shape: ContextShape):
+        lib = bindings()
+        params = lib.llama_context_default_params()
+        params.n_ctx = shape.n_ctx
+        params.n_batch = shape.n_batch
+        params.n_ubatch = shape.n_batch
+        params.n_seq_max = shape.n_seq_max
+        params.n_threads = shape.n_threads
+        params.n_threads_batch = shape.n_threads
+        params.kv_unified = True  # one pool of cells for all sequences: the budget the ledger assigned
+        params.no_perf = True
+        self._lib = lib
+        self.handle = lib.llama_init_from_model(model.handle, params)
+        if not self.handle:
+            raise RuntimeError(f"llama.cpp could not create a context of {shape.n_ctx} cells")
+        self._memory = lib.llama_get_memory(self.handle)
+        self.n_ctx = lib.llama_n_ctx(self.handle)
+        self.n_seq_max = lib.llama_n_seq_max(self.handle)
+        self.n_vocab = lib.llama_vocab_n_tokens(model.vocab)
+        self.batch = Batch(shape.n_batch)
+
+    def decode(self, n_tokens: int) -> int:
+        """Run the first `n_tokens` rows of the batch. 0: done; 1: no room in the KV cache (nothing was
+        changed); other values are llama.cpp errors. Releases the GIL while it runs."""
+        self.batch.struct.n_tokens = n_tokens
+        return self._lib.llama_decode(self.handle, self.batch.struct)
+
+    def logits(self, rows: int) -> np.ndarray:
+        """The last decode's logits, one row per batch token that asked for them, in batch order: a view of
+        llama.cpp's buffer (float32 [rows, n_vocab]), valid until the next decode."""
+        pointer = self._lib.llama_get_logits(self.handle)
+        return np.ctypeslib.as_array(pointer, shape=(rows, self.n_vocab))
+
+    def seq_truncate(self, seq: int, keep: int) -> bool:
+        """Drop the sequence's cells from position `keep` on (keep=0 empties it)."""
+        return bool(self._lib.llama_memory_seq_rm(self._memory, seq, keep, -1))
+
+    def seq_pos_max(self, seq: int) -> int:
+        """The sequence's largest position in the cache, -1 when it holds none."""
+        return self._lib.llama_memory_seq_pos_max(self._memory, seq)
+
+    def seq_state(self, seq: int) -> bytes:
+        """A copy of one sequence's KV cells (host memory), to restore later with `set_seq_state`."""
+        size = self._lib.llama_state_seq_get_size(self.handle, seq)
+        buffer = (ctypes.c_uint8 * size)()
+        written = self._lib.llama_state_seq_get_data(self.handle, buffer, size, seq)
+        return bytes(memoryview(buffer)[:written])
+
+    def set_seq_state(self, seq: int, state: bytes) -> bool:
+        """Replace one sequence's cells with a copy taken by `seq_state`; False if it did not fit."""
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        return self._lib.llama_state_seq_set_data(self.handle, buffer, len(state), seq) > 0
+
+    def free(self) -> None:
+        if self.handle:
+            self._lib.llama_free(self.handle)
+            self.handle = None
+
+
+class SamplerChain:
+    """llama.cpp's own per-sequence sampler chain (temperature, top-p, a seeded draw; or greedy), sampling from
+    a row of the last decode's logits. The backend samples in numpy instead; this exists so the benchmark can
+    compare the two on the same logits (bench/llamacpp_sampling.py)."""
+
+    def __init__(self, temperature: float, top_p: float, seed: int):
+        lib = bindings()
+        self._lib = lib
+        self.handle = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        if temperature == 0.0:
+            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_greedy())
+        else:
+            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_temp(temperature))
+            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_top_p(top_p, 1))
+            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_dist(seed))
+
+    def sample(self, context: Context, batch_index: int) -> int:
+        """The token for the batch row `batch_index` (its place in the batch, not among the logit rows)."""
+        return self._lib.llama_sampler_sample(self.handle, context.handle, batch_index)
+
+    def free(self) -> None:
+        self._lib.llama_sampler_free(self.handle)

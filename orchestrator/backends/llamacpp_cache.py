@@ -1,0 +1,105 @@
+"""Prefix reuse for the llamacpp backend: sequence slots that keep their KV cells after a request ends, and a
+host-RAM prompt cache of sequence states (like llama-server's `--cache-ram`).
+
+A new request takes the free slot whose cached tokens share the longest prefix with its prompt, or, when a
+saved state in RAM shares a longer one, the least recently used free slot with that state restored into it;
+either way only the tokens after the shared prefix are computed. When a request ends, its slot's tokens and
+KV cells stay where they are, and a copy of its state goes to the RAM cache, which evicts least recently used
+entries beyond its byte budget. The decisions here are pure; the backend's loop makes the llama.cpp calls.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MIN_SAVED_TOKENS = 16  # shorter sequences are cheaper to recompute than to keep
+
+
+def common_prefix(a: list[int] | tuple[int, ...], b: list[int] | tuple[int, ...]) -> int:
+    """How many leading tokens `a` and `b` share."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    left, right = np.asarray(a[:n], dtype=np.int64), np.asarray(b[:n], dtype=np.int64)
+    differ = np.flatnonzero(left != right)
+    return int(differ[0]) if differ.size else n
+
+
+@dataclass(slots=True)
+class Slot:
+    """One llama.cpp sequence: which tokens its KV cells hold now, and who uses it."""
+
+    seq: int
+    tokens: list[int] = field(default_factory=list)  # tokens whose K and V are in the cache, in order
+    owner: str | None = None  # the running request's id; None when free (its cells are a cached prefix)
+    last_used: int = 0  # step counter of its last use (least recently used goes first)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a new request goes: its slot, a RAM entry to restore into it first (or None), and how many
+    prompt tokens are already computed there."""
+
+    slot: Slot
+    restore: tuple[int, ...] | None
+    reuse: int
+
+
+def place(prompt: tuple[int, ...], free: list[Slot], saved: list[tuple[int, ...]]) -> Placement:
+    """Choose the slot for `prompt` among the free slots (at least one), and whether to restore a saved state.
+
+    At least one prompt token is always left to compute: its logits give the first output token."""
+    limit = len(prompt) - 1
+    best_slot = max(free, key=lambda s: (min(common_prefix(s.tokens, prompt), limit), -s.last_used))
+    slot_reuse = min(common_prefix(best_slot.tokens, prompt), limit)
+    best_saved, saved_reuse = None, 0
+    for tokens in saved:
+        reuse = min(common_prefix(tokens, prompt), limit)
+        if reuse > saved_reuse:
+            best_saved, saved_reuse = tokens, reuse
+    if best_saved is not None and saved_reuse > slot_reuse:
+        oldest = min(free, key=lambda s: (s.last_used, len(s.tokens)))
+        return Placement(oldest, best_saved, saved_reuse)
+    return Placement(best_slot, None, slot_reuse)
+
+
+def worth_saving(tokens: list[int], saved: list[tuple[int, ...]]) -> bool:
+    """Whether a finished sequence's state adds anything to the RAM cache."""
+    if len(tokens) < MIN_SAVED_TOKENS:
+        return False
+    return not any(len(entry) >= len(tokens) and common_prefix(entry, tokens) == len(tokens) for entry in saved)
+
+
+class RamPromptCache:
+    """Sequence states (KV cells copied to host memory) by their tokens, least recently used evicted first."""
+
+    def __init__(self, budget_bytes: int):
+        self.budget_bytes = budget_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
+
+    def keys(self) -> list[tuple[int, ...]]:
+        return list(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, tokens: tuple[int, ...], state: bytes) -> None:
+        """Keep `state`; entries whose tokens are a prefix of `tokens` are dropped (this one covers them)."""
+        if len(state) > self.budget_bytes:
+            return
+        for key in [k for k in self._entries if len(k) <= len(tokens) and tokens[: len(k)] == k]:
+            self.bytes -= len(self._entries.pop(key))
+        self._entries[tokens] = state
+        self.bytes += len(state)
+        while self.bytes > self.budget_bytes:
+            _, dropped = self._entries.popitem(last=False)
+            self.bytes -= len(dropped)
+
+    def take(self, tokens: tuple[int, ...]) -> bytes:
+        """The state saved for exactly `tokens`, marked as recently used."""
+        self._entries.move_to_end(tokens)
+        return self._entries[tokens]

