@@ -277,8 +277,10 @@ def soak_command(argv: list[str]) -> int:
         print("inferno bench soak: stopped; no result written", file=sys.stderr)
         return 130
     pinned = {"sim": [SIM_HOT], "hf": [options.hf_engine.name] if options.hf_engine else []}
-    settled = [{"server": "all", "check": f"settled within {options.settle_timeout_s:g} s after traffic ({phase})",
-                "values": [], "passed": ok} for phase, ok in result["periods"]["settled_in_time"].items()]
+    settle_s = f"{options.settle_timeout_s:g} s"
+    settled = [{"server": "all", "values": [], "passed": ok,
+                "check": f"settled within {settle_s} once traffic stopped (before the {phase} samples)"}
+               for phase, ok in result["periods"]["settled_in_time"].items()]
     judged = verdict(result["samples"], pinned, settled)
     report = {"schema": "inferno-bench-soak/1", "command": ["inferno", "bench", "soak", *argv], "started_at": started,
               "seed": options.seed, "duration_s": options.duration_s, "sample_s": options.sample_s,

@@ -6,8 +6,8 @@ A server serves sim engines or real ones, never both (docs/simulation.md), so a 
   the bulk of the traffic); `sim-a` and `sim-b` each take more than half of what the memory ledger has left
   beside it (`--memory.capacity-bytes`), so they never fit together and every change between them evicts
   one and loads the other.
-- **hf**: the real SmolLM2 engine (hard links to the given folder), pinned, on one CPU thread, at low
-  concurrency: the real backend in the mix.
+- **hf**: the real SmolLM2 engine (hard links to the given folder, or a link to the folder across file
+  systems), pinned, on one CPU thread, at low concurrency: the real backend in the mix.
 """
 
 from __future__ import annotations
@@ -89,12 +89,16 @@ def start_sim(workdir: Path, engines: Path) -> tuple[ServerProcess, list[str]]:
 
 
 def make_hf_engines(workdir: Path, engine: Path) -> Path:
-    """The hf server's engines folder: `engine` under its own name, by hard links."""
+    """The hf server's engines folder: `engine` under its own name, by hard links, or by a link to the folder
+    where `workdir` is on another file system (a temporary folder in memory, say) and hard links cannot be."""
     if not (engine / "engine.json").is_file():
         raise SoakError(f"no engine at {engine} (build it with `inferno build {engine.name}`, or pass --no-hf)")
     engines = workdir / "hf-engines"
     engines.mkdir(parents=True)
-    copy_engine(engine, engines, engine.name)
+    if engines.stat().st_dev == engine.stat().st_dev:
+        copy_engine(engine, engines, engine.name)
+    else:
+        (engines / engine.name).symlink_to(engine.resolve(), target_is_directory=True)
     return engines
 
 
