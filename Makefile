@@ -18,7 +18,7 @@ LLAMA_DIR := .llama.cpp
 LLAMA_SRC := $(LLAMA_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON)
 LLAMA_SERVER := $(LLAMA_DIR)/build/bin/llama-server
 
-.PHONY: setup serve test test-clients clients bench bench-llamacpp build-engine default-engine llama-server lint clean
+.PHONY: setup serve test test-clients clients bench bench-llamacpp soak build-engine default-engine llama-server lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,13 @@ bench: default-engine $(VENV)/.bench-installed
 	$(BIN)/inferno bench --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) --concurrency 1,4,16 \
 		--requests 48 --osl 64 --in-process $(BENCH_ARGS)
 	$(BIN)/inferno bench swap --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL)
+
+# Mixed traffic for SOAK_S seconds against a server of sim engines and one of the embedded default, watching
+# RSS, fds, threads and asyncio tasks of every server process: a table, a plot and a verdict in bench/results/.
+SOAK_S ?= 1800
+SOAK_ARGS ?=
+soak: default-engine $(VENV)/.bench-installed
+	$(BIN)/inferno bench soak --duration-s $(SOAK_S) --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) $(SOAK_ARGS)
 
 # llama.cpp's own server, built from the llama.cpp that llama-cpp-python $(LLAMA_CPP_PYTHON) vendors (its sdist), into
 # $(LLAMA_DIR)/ (ignored; never committed): the benchmark's comparison. About 5 minutes on 2 cores.

@@ -40,6 +40,7 @@ from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import Catalogue
 from orchestrator.engine.manifest import EngineManifest
 from orchestrator.metrics.engine_collector import EngineCollector
+from orchestrator.metrics.event_loop import EventLoopCollector
 from orchestrator.metrics.http_metrics import http_metrics_middleware
 from orchestrator.metrics.registry import new_registry
 from orchestrator.metrics.request_metrics import RequestMetrics
@@ -133,6 +134,7 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
     scheduler = Scheduler(config, catalogue, workers, events=SchedulerMetrics(registry, catalogue.engines))
     engine_collector = EngineCollector(scheduler)
     registry.register(engine_collector)
+    registry.register(EventLoopCollector())
     register_simulation_info(registry, catalogue.engines)
     usage, audit = UsageMeter(registry), AuditLog(config.audit.file, config.audit.include_text)
     grammar = GrammarChecker(time_limit_s=config.structured.compile_timeout_s,

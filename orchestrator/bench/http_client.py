@@ -237,6 +237,24 @@ class ConnectionPool:
         self._idle.clear()
 
 
+async def post_pooled(pool: ConnectionPool, request: bytes, sink: Sink, timeout_s: float) -> tuple[int, Connection]:
+    """Send `request` on one of the pool's connections (see Connection.post): the status, and the connection,
+    back in the pool when its response ended cleanly (closed otherwise). A kept-alive connection the server
+    had closed meanwhile, before answering anything, is left for another. Raises OSError when no connection
+    can be made, HttpError or TimeoutError."""
+    while True:
+        connection, reused = await pool.acquire()
+        try:
+            status = await connection.post(request, sink, timeout_s)
+        except HttpError:
+            connection.close()
+            if reused and not connection.received_any:
+                continue
+            raise
+        pool.release(connection)
+        return status, connection
+
+
 def request_head(host_header: str, path: str, body_length: int, api_key: str | None) -> bytes:
     """The head of a JSON POST that asks for an event stream."""
     lines = [

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from orchestrator.bench.http_client import ConnectionPool, HttpError, request_head
+from orchestrator.bench.http_client import ConnectionPool, HttpError, post_pooled, request_head
 from orchestrator.bench.inprocess import InProcessEngine, engine_request, run_request
 from orchestrator.bench.record import RequestRecord
 from orchestrator.bench.sse import SseCounter
@@ -75,25 +75,14 @@ class HttpSender:
     async def send(self, request: HttpRequest) -> RequestRecord:
         record = RequestRecord(request.model, time.perf_counter())
         counter = SseCounter(record, self.shape.chat)
-        for _ in range(2):  # a second try only for a kept-alive connection the server had closed meanwhile
-            try:
-                connection, reused = await self._pool.acquire()
-            except OSError as exc:
-                record.error = f"cannot connect: {exc}"
-                return record
-            try:
-                status = await connection.post(request.data, counter, self._timeout_s)
-            except HttpError as exc:
-                connection.close()
-                if reused and not connection.received_any:
-                    continue
-                record.error = str(exc)
-                return record
-            except TimeoutError as exc:
-                record.error = str(exc)
-                return record
-            self._pool.release(connection)
-            break
+        try:
+            status, connection = await post_pooled(self._pool, request.data, counter, self._timeout_s)
+        except (HttpError, TimeoutError) as exc:
+            record.error = str(exc)
+            return record
+        except OSError as exc:
+            record.error = f"cannot connect: {exc}"
+            return record
         if status != 200:
             record.error = f"HTTP {status}: {bytes(connection.error_body[:300]).decode(errors='replace')}"
         elif record.end is None:

@@ -73,7 +73,7 @@ def connect(url: str, models: list[str], api_key: str | None, server_pid: int | 
     return Target("url", api, names, server_pid, dict.fromkeys(names, tokenizer), {"url": url})
 
 
-def _inferno_roles(api: str, api_key: str | None) -> Callable[[int], dict[int, str]]:
+def inferno_roles(api: str, api_key: str | None) -> Callable[[int], dict[int, str]]:
     """Names for an Inferno server's processes: http, worker:<model> (from /admin/models), spare."""
 
     def name(root: int) -> dict[int, str]:
@@ -112,7 +112,7 @@ def start_inferno(engines_dir: Path, models: list[str], server_args: list[str], 
     return Target(
         "inferno", server.api, names, server.pid, tokenizers,
         {"engines_dir": str(engines_dir), "engines": engines, "server_args": server_args, "log": str(log_path)},
-        _inferno_roles(server.api, None), lambda: server.stop(),
+        inferno_roles(server.api, None), lambda: server.stop(),
     )
 
 

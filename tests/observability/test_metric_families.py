@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from orchestrator.engine.request import EngineRequest
 from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
 from orchestrator.metrics.engine_collector import engine_families
+from orchestrator.metrics.event_loop import EventLoopCollector
 from orchestrator.metrics.http_metrics import http_metrics_middleware
 from orchestrator.metrics.registry import new_registry
 from orchestrator.metrics.request_metrics import RequestMetrics
@@ -177,6 +178,28 @@ def test_the_registry_carries_process_metrics_and_build_info_without_created_ser
     assert "inferno_process_resident_memory_bytes" in names
     assert "inferno_build_info" in names
     assert not [name for name in names if name.endswith("_created")]
+
+
+def test_event_loop_tasks_counts_the_live_tasks_of_the_loop_it_is_scraped_on():
+    registry = CollectorRegistry()
+    registry.register(EventLoopCollector())  # registering collects once, outside any loop: no sample then
+    assert ("inferno_event_loop_tasks", ()) not in samples(registry)
+
+    async def scrape_around_parked_tasks() -> tuple[float, float, float, int]:
+        release = asyncio.Event()
+        before = samples(registry)[("inferno_event_loop_tasks", ())]
+        parked = [asyncio.create_task(release.wait()) for _ in range(5)]
+        await asyncio.sleep(0)
+        during = samples(registry)[("inferno_event_loop_tasks", ())]
+        release.set()
+        await asyncio.gather(*parked)
+        after = samples(registry)[("inferno_event_loop_tasks", ())]
+        return before, during, after, len(asyncio.all_tasks())
+
+    before, during, after, alive = asyncio.run(scrape_around_parked_tasks())
+    assert before == alive == 1  # the coroutine asyncio.run wraps in a task, which scrapes
+    assert during == before + 5
+    assert after == before
 
 
 def http_app(registry: CollectorRegistry) -> web.Application:
