@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 from tokenizers import Tokenizer
 
+from orchestrator.backends.options import parse_options
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.backends.trtllm import TrtllmBackend
 from orchestrator.backends.trtllm_config import FREE_MEMORY_CAP, build_executor_config
@@ -47,9 +48,11 @@ def engines(default_engine, tmp_path_factory) -> Path:
     return folder
 
 
-def settings_for(folder: Path, kv_cache_bytes: int | None = None, **changes) -> BackendSettings:
+def settings_for(folder: Path, kv_cache_bytes: int | None = None, **options) -> BackendSettings:
+    """`options` as the trtllm backend's section (parse_options refuses a wrong one, naming the field)."""
     manifest = load_manifest(folder)
-    return BackendSettings(folder, manifest, kv_cache_bytes or manifest.kv_cache.default_budget_bytes, **changes)
+    budget = kv_cache_bytes or manifest.kv_cache.default_budget_bytes
+    return BackendSettings(folder, manifest, budget, parse_options(manifest.backend, options))
 
 
 # -- the Executor's configuration -------------------------------------------------------------------------------
