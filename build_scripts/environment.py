@@ -1,4 +1,5 @@
-"""What the build machine has: tool versions, NVIDIA GPUs (through NVML, imported lazily), free disk.
+"""What the build machine has: tool versions, NVIDIA GPUs (orchestrator/visible_gpus.py: NVML, in CUDA's order
+under CUDA_VISIBLE_DEVICES), free disk.
 
 This is the one place the build looks at the machine; planning and preflight only read the
 `Environment` it returns, so they can be checked against any machine described as plain data.
@@ -12,6 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.visible_gpus import Gpu, list_visible_gpus
+
 MISSING = "missing"
 # Manifest key -> the distributions that may provide it (the first installed one wins).
 HF_TOOLS = {name: (name,) for name in ("transformers", "torch", "safetensors", "gguf", "tokenizers")}
@@ -24,23 +27,6 @@ TRTLLM_TOOLS = {
     "torch": ("torch",),
     "transformers": ("transformers",),
 }
-
-
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    name: str
-    major: int
-    minor: int
-    memory_bytes: int = 0
-
-    @property
-    def arch(self) -> str:
-        return f"sm{self.major}{self.minor}"
-
-    @property
-    def compute_capability(self) -> str:
-        return f"{self.major}.{self.minor}"
 
 
 @dataclass(frozen=True)
@@ -74,39 +60,12 @@ def free_disk(folder: Path) -> int:
     return shutil.disk_usage(existing).free
 
 
-def _visible(gpu_index: int, uuid: str, visible: str | None) -> bool:
-    if visible is None:
-        return True
-    wanted = [item.strip() for item in visible.split(",") if item.strip()]
-    return str(gpu_index) in wanted or any(uuid.startswith(item) for item in wanted if item.startswith("GPU-"))
-
-
 def list_gpus(visible: str | None = None) -> tuple[tuple[Gpu, ...], str | None]:
-    """NVIDIA GPUs through NVML, honouring CUDA_VISIBLE_DEVICES (passed as `visible`)."""
-    try:
-        import pynvml
-    except ImportError:
-        return (), "nvidia-ml-py is not installed"
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return (), f"NVML: {exc}; is the NVIDIA driver installed (and, in a container, was it started with --gpus all)?"
-    try:
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name, uuid = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlDeviceGetUUID(handle)
-            name, uuid = (v.decode() if isinstance(v, bytes) else v for v in (name, uuid))
-            if not _visible(index, uuid, visible):
-                continue
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total
-            gpus.append(Gpu(index, name, major, minor, memory))
-    except pynvml.NVMLError as exc:
-        return (), f"NVML: {exc}"
-    finally:
-        pynvml.nvmlShutdown()
-    return tuple(gpus), None if gpus else "NVML lists no visible NVIDIA GPU"
+    """NVIDIA GPUs as CUDA will number them under CUDA_VISIBLE_DEVICES=`visible`, and why there are none."""
+    listing = list_visible_gpus(visible)
+    if listing.problem is not None:
+        return (), listing.problem
+    return listing.gpus, None if listing.gpus else "NVML lists no visible NVIDIA GPU"
 
 
 def find_trtllm_build() -> str | None:

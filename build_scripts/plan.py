@@ -19,8 +19,9 @@ from build_scripts.fingerprint import fingerprint
 from build_scripts.recipe import DTYPE_BYTES, FP8_MIN_SM, PORTABLE_BACKENDS, Quantization, Recipe
 
 if TYPE_CHECKING:
-    from build_scripts.environment import Environment, Gpu
+    from build_scripts.environment import Environment
     from build_scripts.sources import Checkpoint
+    from orchestrator.visible_gpus import Gpu
 
 DEFAULT_EXAMPLES = Path("/app/tensorrt_llm/examples")  # where the official TensorRT-LLM container has them
 CONTINUATION = " \\\n           "  # a long command in --dry-run output: one flag per line

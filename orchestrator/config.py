@@ -15,6 +15,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, CliApp, SettingsConfigDict
 
+from orchestrator.backends.options import CapacityPolicy, Device, Threads
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -23,11 +25,10 @@ class _Section(BaseModel):
 class WorkerConfig(_Section):
     """How model worker processes are started and stopped."""
 
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="device for the hf backend: auto picks cuda when torch sees a GPU"
-    )
-    threads: int | None = Field(
-        None, ge=1, description="CPU threads per hf or llamacpp worker (default: hf all cores, llamacpp all but one)"
+    # The backends' own options (backends/options.py: each backend's section takes the ones it declares).
+    device: Device = Field("auto", description="device for the hf backend: auto picks cuda when torch sees a GPU")
+    threads: Threads = Field(
+        None, description="CPU threads per hf or llamacpp worker (default: hf all cores, llamacpp all but one)"
     )
     load_timeout_s: float = Field(300.0, gt=0, description="give up on a model load after this long")
     spare: bool = Field(True, description="keep one worker started and its runtime imported, for fast loads")
@@ -36,7 +37,7 @@ class WorkerConfig(_Section):
         description="start the next spare right after a load, or once the server is quiet (its imports take a "
         "core for seconds); auto: after-load with 8 or more cores, else when-idle",
     )
-    capacity_policy: Literal["guaranteed_no_evict", "max_utilization"] = Field(
+    capacity_policy: CapacityPolicy = Field(
         "guaranteed_no_evict",
         description="TensorRT-LLM's capacity scheduler: admit only what can finish, or fill the KV cache and pause",
     )

@@ -9,9 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta
+from orchestrator.engine.request import EngineRequest, FinishReason
 from orchestrator.errors import InfernoError, from_wire
 from orchestrator.structured.guide import Guide
+from orchestrator.worker.messages import TextDelta
 
 
 class RequestStatus(IntEnum):

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from orchestrator.backends.protocol import Backend, BackendSettings
 from orchestrator.engine.manifest import EngineManifest
+
+if TYPE_CHECKING:  # protocol.py imports the worker's messages, which import backends/options.py: no cycle at run time
+    from orchestrator.backends.protocol import Backend, BackendSettings
 
 _MODULES = {
     "hf": "orchestrator.backends.hf",

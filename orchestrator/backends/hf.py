@@ -11,15 +11,11 @@ import asyncio
 import logging
 import threading
 
-from orchestrator.backends.protocol import (
-    BackendSettings,
-    BackendStats,
-    EngineOutputs,
-    LoadReport,
-    RequestStreams,
-)
+from orchestrator.backends.options import HfOptions
+from orchestrator.backends.protocol import BackendSettings, EngineOutputs, RequestStreams
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.errors import BackendUnavailable, EngineDead, EngineError
+from orchestrator.worker.messages import BackendStats, LoadReport
 
 log = logging.getLogger(__name__)
 
@@ -135,9 +131,10 @@ class HfBackend:
         logging.getLogger("ContinuousBatchingLogger").setLevel(logging.WARNING)
 
         settings, manifest = self._settings, self._manifest
-        if settings.threads:
-            torch.set_num_threads(settings.threads)
-        device = settings.device
+        options: HfOptions = settings.options
+        if options.threads:
+            torch.set_num_threads(options.threads)
+        device = options.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         # Paged SDPA: under the continuous batching manager the KV cache is paged; transformers 5.23 spells it

@@ -15,15 +15,10 @@ import logging
 import os
 import threading
 
-from orchestrator.backends.protocol import (
-    BackendSettings,
-    BackendStats,
-    EngineOutputs,
-    LoadReport,
-    RequestStreams,
-)
+from orchestrator.backends.protocol import BackendSettings, EngineOutputs, RequestStreams
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
 from orchestrator.errors import BackendUnavailable, EngineDead, EngineError
+from orchestrator.worker.messages import BackendStats, LoadReport
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +120,7 @@ class LlamaCppBackend:
             n_ctx=kv_cells(settings),
             n_batch=limits.max_num_tokens,
             n_seq_max=limits.max_batch_size,
-            n_threads=settings.threads or default_threads(os.cpu_count() or 1),
+            n_threads=settings.options.threads or default_threads(os.cpu_count() or 1),
         )
         self._context = Context(self._model, shape)
         engine_limits = EngineLimits(

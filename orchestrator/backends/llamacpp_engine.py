@@ -29,9 +29,9 @@ from orchestrator.backends.llamacpp_cache import RamPromptCache, Slot, place, wo
 from orchestrator.backends.llamacpp_sampling import SequenceSampler, TokenConstraint, sample
 from orchestrator.backends.llamacpp_slots import SlotTable
 from orchestrator.backends.llamacpp_step import PREFILL_WHILE_DECODING, StepPlan, plan_step
-from orchestrator.backends.protocol import BackendStats
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.errors import ContextLengthExceeded, EngineError
+from orchestrator.worker.messages import BackendStats
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,10 @@ await responses, cancel, iteration stats, shutdown), and the engine step is the 
     stats()          a snapshot for /metrics and the scheduler, cheap and non-blocking
     close()          stop the engine; the worker process then exits and the memory goes back
 
-A per-request failure is that request's ERROR delta and never stops the engine. When the engine itself stops
-for good, the backend calls `outputs.dead(reason)` once and delivers nothing more; the worker then fails every
-live request and exits, so the server loads the model afresh.
+What `start` and `stats` return (LoadReport, BackendStats) crosses to the HTTP process, so it is defined with
+the other messages in worker/messages.py. A per-request failure is that request's ERROR delta and never stops
+the engine. When the engine itself stops for good, the backend calls `outputs.dead(reason)` once and delivers
+nothing more; the worker then fails every live request and exits, so the server loads the model afresh.
 """
 
 from __future__ import annotations
@@ -28,46 +29,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from orchestrator.backends.options import BackendOptions, options_model
 from orchestrator.engine.manifest import EngineManifest
 from orchestrator.engine.request import EngineRequest, TokenDelta
-from orchestrator.errors import EngineDead
+from orchestrator.errors import EngineDead, ModelUnavailable
+from orchestrator.worker.messages import BackendStats, LoadReport
 
 
 @dataclass(frozen=True)
 class BackendSettings:
-    """What the worker hands a backend besides the engine folder's manifest."""
+    """What the worker hands a backend besides the engine folder's manifest.
+
+    `options` is the backend's own section (backends/options.py; its defaults when left out), and must be the
+    section of the backend the manifest names: ModelUnavailable otherwise."""
 
     engine_dir: Path
     manifest: EngineManifest
     kv_cache_bytes: int  # the budget the memory ledger assigned, in bytes
-    device: str = "auto"  # hf only: auto | cpu | cuda
-    threads: int | None = None  # hf and llamacpp: CPU threads
-    capacity_policy: str = "guaranteed_no_evict"  # trtllm only: or max_utilization
+    options: BackendOptions | None = None
 
-
-@dataclass(frozen=True)
-class LoadReport:
-    device: str  # "cpu", "cuda:0"
-    kv_cache_bytes: int  # what the cache really took
-    kv_blocks: int
-    tokens_per_block: int
-    max_batch_size: int
-    # What the model holds on its device, where the backend knows it better than a measurement of the worker
-    # process can (a simulated GPU: weights + KV cache + runtime overhead). The memory ledger prefers it.
-    device_bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class BackendStats:
-    running: int  # requests in the engine's batch
-    waiting: int  # submitted, not yet scheduled
-    kv_blocks_total: int
-    kv_blocks_free: int
-    kv_blocks_used: int
-    tokens_per_block: int
-    iterations: int  # engine steps so far
-    kv_blocks_reused: int | None = None  # cumulative prefix-cache hits in blocks, where the engine counts them
-    iteration_latency_ms: float | None = None  # latest step's latency, where the engine reports it
+    def __post_init__(self) -> None:
+        backend = self.manifest.backend
+        if self.options is None:
+            object.__setattr__(self, "options", options_model(backend)())
+        elif self.options.backend != backend:
+            raise ModelUnavailable(
+                f"options: the {self.options.backend} backend's options were given for an engine of backend {backend}"
+            )
 
 
 class EngineOutputs(Protocol):

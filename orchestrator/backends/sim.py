@@ -25,13 +25,14 @@ from dataclasses import replace
 
 from tokenizers import Tokenizer
 
-from orchestrator.backends.protocol import BackendSettings, BackendStats, EngineOutputs, LoadReport
+from orchestrator.backends.protocol import BackendSettings, EngineOutputs
 from orchestrator.engine.request import EngineRequest, TokenDelta
 from orchestrator.errors import EngineDead, ModelUnavailable
 from orchestrator.sim.corpus import corpus_tokens
 from orchestrator.sim.engine import SimEngine
 from orchestrator.sim.memory import device_bytes, kv_token_capacity
 from orchestrator.sim.spec import SimSpec, load_sim_spec
+from orchestrator.worker.messages import BackendStats, LoadReport
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,11 @@ def preload() -> None:
 
 def create(settings: BackendSettings) -> SimBackend:
     """The backend for a sim engine folder; refuses a capacity policy it does not simulate."""
-    if settings.capacity_policy != "guaranteed_no_evict":
+    policy = settings.options.capacity_policy
+    if policy != "guaranteed_no_evict":
         raise ModelUnavailable(
             f"the sim backend simulates TensorRT-LLM's guaranteed_no_evict capacity policy only, and the server "
-            f"asks for {settings.capacity_policy} (--worker.capacity-policy)"
+            f"asks for {policy} (--worker.capacity-policy)"
         )
     return SimBackend(settings, load_sim_spec(settings.engine_dir))
 

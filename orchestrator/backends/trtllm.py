@@ -19,13 +19,7 @@ import logging
 
 from tokenizers import Tokenizer
 
-from orchestrator.backends.protocol import (
-    BackendSettings,
-    BackendStats,
-    EngineOutputs,
-    LoadReport,
-    RequestStreams,
-)
+from orchestrator.backends.protocol import BackendSettings, EngineOutputs, RequestStreams
 from orchestrator.backends.trtllm_config import build_executor_config, engine_vocab_size, kv_cache_tokens
 from orchestrator.backends.trtllm_requests import RequestBuilder
 from orchestrator.backends.trtllm_responses import ResponsePump, ResponseReader, Update, top_alternatives
@@ -38,6 +32,7 @@ from orchestrator.backends.trtllm_runtime import (
 from orchestrator.backends.trtllm_stats import IterationStatsReader
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
 from orchestrator.errors import EngineDead, EngineError, QueueFull
+from orchestrator.worker.messages import BackendStats, LoadReport
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from types import ModuleType
 
+from orchestrator.backends.options import TrtllmOptions
 from orchestrator.backends.protocol import BackendSettings
 from orchestrator.backends.trtllm_runtime import Runtime
 from orchestrator.errors import BackendUnavailable, ModelUnavailable
@@ -24,8 +25,6 @@ ITER_STATS_KEPT = 64
 # One running slot of the scheduler may carry up to this many choices (n), each its own executor request.
 # The scheduler bounds admissions, so the executor's own queue limit only guards against a runaway caller.
 REQUESTS_PER_SLOT = 16
-
-CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization")
 
 
 def kv_cache_tokens(settings: BackendSettings) -> int:
@@ -87,16 +86,13 @@ def guided_decoding_config(trtllm: ModuleType, settings: BackendSettings):
 
 
 def _capacity_policy(trtllm: ModuleType, settings: BackendSettings):
+    """The policy the backend's options name (TrtllmOptions has checked it is one of these)."""
+    options: TrtllmOptions = settings.options
     policies = {
         "guaranteed_no_evict": trtllm.CapacitySchedulerPolicy.GUARANTEED_NO_EVICT,
         "max_utilization": trtllm.CapacitySchedulerPolicy.MAX_UTILIZATION,  # may pause and resume requests
     }
-    policy = policies.get(settings.capacity_policy)
-    if policy is None:
-        raise ModelUnavailable(
-            f"capacity_policy must be one of {', '.join(CAPACITY_POLICIES)} (got {settings.capacity_policy!r})"
-        )
-    return policy
+    return policies[options.capacity_policy]
 
 
 def _parallel_config(trtllm: ModuleType, settings: BackendSettings, runtime: Runtime):

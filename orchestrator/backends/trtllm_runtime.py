@@ -22,6 +22,7 @@ from types import ModuleType
 from orchestrator.engine import trtllm_release as release
 from orchestrator.engine.manifest import EngineManifest, EngineRefused
 from orchestrator.errors import BackendUnavailable, ModelUnavailable
+from orchestrator.visible_gpus import Gpu, list_visible_gpus
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +59,6 @@ def load_runtime() -> Runtime:
             f"installed; later lines removed the TensorRT engine path. {release.INSTALL_HINT}"
         )
     return Runtime(bindings=executor, version=version, package_dir=Path(tensorrt_llm.__file__).parent)
-
-
-@dataclass(frozen=True)
-class Gpu:
-    index: int  # as CUDA numbers it in this process
-    name: str
-    compute_capability: str  # "9.0"
-
-    @property
-    def arch(self) -> str:
-        return "sm" + self.compute_capability.replace(".", "")
 
 
 def check_engine_matches_runtime(
@@ -114,46 +104,10 @@ def _refuse(folder: Path, reason: str):
 
 
 def visible_gpus() -> list[Gpu] | None:
-    """The GPUs CUDA will number 0, 1, ... in this process, read through NVML; None if NVML is unusable."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception as exc:  # the module, or the driver's NVML library, is missing
-        log.debug("NVML unavailable: %s", exc)
+    """The GPUs CUDA will number 0, 1, ... in this process (its CUDA_VISIBLE_DEVICES, which the Executor
+    follows), read through NVML; None if NVML is unusable here."""
+    listing = list_visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if listing.problem is not None:
+        log.warning("cannot read the GPUs through NVML (%s)", listing.problem)
         return None
-    try:
-        handles = [_handle(pynvml, ref) for ref in _cuda_visible(pynvml.nvmlDeviceGetCount())]
-        gpus = []
-        for index, handle in enumerate(handles):
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            name = pynvml.nvmlDeviceGetName(handle)
-            gpus.append(Gpu(index, name.decode() if isinstance(name, bytes) else name, f"{major}.{minor}"))
-        return gpus
-    except Exception as exc:  # e.g. MIG instances NVML cannot describe this way
-        log.warning("cannot read the GPUs through NVML (%s); leaving the architecture check to TensorRT", exc)
-        return None
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _cuda_visible(count: int) -> list[int | str]:
-    """CUDA_VISIBLE_DEVICES as CUDA applies it: device indices or UUIDs, in the order CUDA numbers them."""
-    spec = os.environ.get("CUDA_VISIBLE_DEVICES")  # CUDA's own device selection, which the Executor follows
-    if spec is None:
-        return list(range(count))
-    refs: list[int | str] = []
-    for item in (part.strip() for part in spec.split(",")):
-        if item.isdigit():
-            refs.append(int(item))
-        elif item.startswith(("GPU-", "MIG-")):
-            refs.append(item)
-        else:
-            break  # CUDA ignores everything from the first entry it cannot read ("-1" hides every GPU)
-    return refs
-
-
-def _handle(pynvml, ref: int | str):
-    if isinstance(ref, int):
-        return pynvml.nvmlDeviceGetHandleByIndex(ref)
-    return pynvml.nvmlDeviceGetHandleByUUID(ref)
+    return list(listing.gpus)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from orchestrator.backends.protocol import BackendStats
+from orchestrator.worker.messages import BackendStats
 
 
 class IterationStatsReader:

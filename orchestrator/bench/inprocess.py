@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.backends import create_backend
+from orchestrator.backends.options import options_for
 from orchestrator.backends.protocol import Backend, BackendSettings
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, SamplingParams, TokenDelta
@@ -60,12 +61,10 @@ class InProcessEngine:
 @asynccontextmanager
 async def open_engine(engine_dir: Path, threads: int | None = None) -> AsyncIterator[InProcessEngine]:
     """The backend the engine folder's manifest names, started with its default KV cache budget (and, for hf
-    engines, `threads` CPU threads)."""
+    and llamacpp engines, `threads` CPU threads, as the server's --worker.threads gives them)."""
     manifest = load_manifest(engine_dir)
-    settings = BackendSettings(
-        engine_dir=engine_dir, manifest=manifest, kv_cache_bytes=manifest.kv_cache.default_budget_bytes,
-        threads=threads,
-    )
+    options = options_for(manifest.backend, {"threads": threads})
+    settings = BackendSettings(engine_dir, manifest, manifest.kv_cache.default_budget_bytes, options)
     backend, outputs = create_backend(settings), StepRecorder()
     await backend.start(outputs)
     try:

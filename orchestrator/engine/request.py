@@ -186,39 +186,3 @@ class TokenDelta:
     logprobs: list[float] | None = None  # one per token in token_ids, when the request asked for them
     top_logprobs: list[list[tuple[int, float]]] | None = None  # per token: the top alternatives, best first
     cached_tokens: int | None = None  # prompt tokens served from the prefix cache, once, where the engine knows
-
-
-@dataclass(slots=True)
-class TextDelta:
-    """What the worker sends back per request per engine step: new text, ready to stream.
-
-    On the wire a row is `[request_id, text, num_tokens, finish, error]`, plus a sixth element, a dict of the
-    extras below that are set, only when one is."""
-
-    request_id: str
-    text: str
-    num_tokens: int  # tokens this delta accounts for (text may lag tokens across a split character)
-    finish: FinishReason | None = None
-    error: dict | None = None  # errors.to_wire() of the failure, with finish=ERROR
-    logprobs: list | None = None  # per token: [token text, log probability, top alternatives], when asked
-    cached_tokens: int | None = None  # prompt tokens the engine served from its prefix cache
-    reasoning: str | None = None  # new thinking text (reasoning models), apart from the answer's text
-    tool_calls: list | None = None  # OpenAI's delta.tool_calls entries: id, type and name once, then arguments
-
-    def to_wire(self) -> list:
-        row = [self.request_id, self.text, self.num_tokens, self.finish and self.finish.value, self.error]
-        extras = {name: value for name in _EXTRAS if (value := getattr(self, name)) is not None}
-        return [*row, extras] if extras else row
-
-    @classmethod
-    def from_wire(cls, row: list) -> TextDelta:
-        rid, text, num_tokens, finish, error, *rest = row
-        delta = cls(rid, text, num_tokens, FinishReason(finish) if finish else None, error)
-        if rest:
-            for name, value in rest[0].items():
-                if name in _EXTRAS:
-                    setattr(delta, name, value)
-        return delta
-
-
-_EXTRAS = ("logprobs", "cached_tokens", "reasoning", "tool_calls")

@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from orchestrator.metrics.scheduler_gauges import device_families, model_families
 from orchestrator.scheduler.scheduler import Scheduler
+from orchestrator.worker.messages import BackendStats
 
 STATS_TIMEOUT_S = 0.5
 
@@ -20,7 +21,7 @@ STATS_TIMEOUT_S = 0.5
 class EngineCollector(Collector):
     def __init__(self, scheduler: Scheduler):
         self._scheduler = scheduler
-        self.snapshots: dict[str, dict] = {}  # model -> the stats dict its worker last sent
+        self.snapshots: dict[str, BackendStats] = {}  # model -> the stats its worker last sent
 
     async def refresh(self) -> None:
         self.snapshots = await self._scheduler.engine_stats(STATS_TIMEOUT_S)
@@ -31,8 +32,8 @@ class EngineCollector(Collector):
         yield from engine_families(self.snapshots)
 
 
-def engine_families(snapshots: dict[str, dict]) -> list[Metric]:
-    """The engines' own numbers, as each worker's backend reports them (`BackendStats`)."""
+def engine_families(snapshots: dict[str, BackendStats]) -> list[Metric]:
+    """The engines' own numbers, as each worker's backend reports them."""
     running = GaugeMetricFamily(
         "inferno_engine_requests_running", "Requests in the engine's current batch.", labels=["model"]
     )
@@ -65,16 +66,17 @@ def engine_families(snapshots: dict[str, dict]) -> list[Metric]:
         labels=["model"],
     )
     for name, stats in snapshots.items():
-        running.add_metric([name], stats["running"])
-        waiting.add_metric([name], stats["waiting"])
-        for kind in ("total", "free", "used"):
-            blocks.add_metric([name, kind], stats[f"kv_blocks_{kind}"])
-        total = stats["kv_blocks_total"]
-        usage.add_metric([name], stats["kv_blocks_used"] / total if total else 0.0)
-        per_block.add_metric([name], stats["tokens_per_block"])
-        iterations.add_metric([name], stats["iterations"])
-        if stats.get("kv_blocks_reused") is not None:
-            reused.add_metric([name], stats["kv_blocks_reused"])
-        if stats.get("iteration_latency_ms") is not None:
-            step_latency.add_metric([name], stats["iteration_latency_ms"] / 1000.0)
+        running.add_metric([name], stats.running)
+        waiting.add_metric([name], stats.waiting)
+        for kind, count in (("total", stats.kv_blocks_total), ("free", stats.kv_blocks_free),
+                            ("used", stats.kv_blocks_used)):
+            blocks.add_metric([name, kind], count)
+        total = stats.kv_blocks_total
+        usage.add_metric([name], stats.kv_blocks_used / total if total else 0.0)
+        per_block.add_metric([name], stats.tokens_per_block)
+        iterations.add_metric([name], stats.iterations)
+        if stats.kv_blocks_reused is not None:
+            reused.add_metric([name], stats.kv_blocks_reused)
+        if stats.iteration_latency_ms is not None:
+            step_latency.add_metric([name], stats.iteration_latency_ms / 1000.0)
     return [running, waiting, blocks, usage, per_block, iterations, reused, step_latency]

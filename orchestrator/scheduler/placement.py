@@ -18,6 +18,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from orchestrator.backends.options import options_for
 from orchestrator.config import ServerConfig
 from orchestrator.errors import InfernoError, ModelUnavailable
 from orchestrator.scheduler import policy
@@ -27,7 +28,7 @@ from orchestrator.scheduler.observe import SchedulerEvents
 from orchestrator.scheduler.policy import Placement, Resident
 from orchestrator.scheduler.slots import ModelSlot, ModelState
 from orchestrator.worker.handle import WorkerHandle, WorkerSource
-from orchestrator.worker.main import LoadSpec
+from orchestrator.worker.messages import LoadSpec
 
 log = logging.getLogger(__name__)
 
@@ -134,25 +135,20 @@ class ModelPlacement:
             if exc.retry_after_s is None:
                 exc.retry_after_s = self.retry_after_s(slot)
             raise exc
-        self._ledger.commit(slot.name, ready.pid, fallback=ready.rss_bytes, device_bytes=ready.device_bytes)
+        self._ledger.commit(slot.name, ready.pid, fallback=ready.rss_bytes, device_bytes=ready.load.device_bytes)
         slot.worker, slot.state, slot.last_error = worker, ModelState.READY, None
         slot.loads += 1
         self._workers.load_finished(succeeded=True)
         seconds = self._clock() - started
         self._events.model_loaded(slot.name, seconds)
-        log.info("model %s loaded in %.2f s on %s (pid %d)", slot.name, seconds, ready.device, ready.pid)
+        log.info("model %s loaded in %.2f s on %s (pid %d)", slot.name, seconds, ready.load.device, ready.pid)
         if slot.idle:
             self.model_idle(slot)
 
     def _load_spec(self, slot: ModelSlot) -> LoadSpec:
-        worker = self._config.worker
-        return LoadSpec(
-            engine_dir=str(slot.engine.folder.resolve()),
-            kv_cache_bytes=self._kv_bytes(slot),
-            device=worker.device,
-            threads=worker.threads,
-            capacity_policy=worker.capacity_policy,
-        )
+        """The engine folder, its budget, and its backend's option section from the server's worker settings."""
+        options = options_for(slot.engine.manifest.backend, self._config.worker.model_dump())
+        return LoadSpec(str(slot.engine.folder.resolve()), self._kv_bytes(slot), options)
 
     async def _make_room(self, slot: ModelSlot, need: int) -> None:
         """Reserve `need` bytes for the slot, evicting idle models or waiting for busy ones to go idle

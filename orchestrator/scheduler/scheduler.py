@@ -24,14 +24,12 @@ from collections.abc import AsyncIterator, Callable
 
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import Catalogue
-from orchestrator.engine.request import FinishReason, TextDelta
 from orchestrator.errors import (
     EngineDead,
     ModelNotFound,
     ModelUnavailable,
     ShuttingDown,
     WorkerCrashed,
-    to_wire,
 )
 from orchestrator.lifecycle import InferenceRequest, RequestStatus
 from orchestrator.scheduler.admin import AdminOperations
@@ -43,6 +41,7 @@ from orchestrator.scheduler.settings import Priority
 from orchestrator.scheduler.slots import ModelSlot, ModelState, build_slots
 from orchestrator.sim.device import simulated_device
 from orchestrator.worker.handle import WorkerHandle, WorkerSource
+from orchestrator.worker.messages import BackendStats, TextDelta
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +119,7 @@ class Scheduler:
         for request, worker in list(self._live.values()):
             for engine_id in request.unfinished_engine_ids():
                 worker.cancel(engine_id)  # no more output reaches the request
-                request.deliver(TextDelta(engine_id, "", 0, FinishReason.ERROR, to_wire(error)).to_wire())
+                request.deliver(TextDelta.failure(engine_id, error).to_wire())
         await self.admission.wait_quiet(FAREWELL_S)
 
     async def stop(self, drain_timeout_s: float) -> None:
@@ -138,9 +137,8 @@ class Scheduler:
         reading = self.ledger.probe.read()
         return [DeviceMemory(self.ledger.probe.name, self.ledger.capacity, reading.used_bytes, self.ledger.reserve)]
 
-    async def engine_stats(self, timeout_s: float) -> dict[str, dict]:
-        """Each loaded model's engine stats (`BackendStats` as a dict); a worker that does not answer within
-        timeout_s is left out."""
+    async def engine_stats(self, timeout_s: float) -> dict[str, BackendStats]:
+        """Each loaded model's engine stats; a worker that does not answer within timeout_s is left out."""
         loaded = {n: s.worker for n, s in self.slots.items() if s.state is ModelState.READY and s.worker}
         answers = await asyncio.gather(*(worker.stats(timeout_s) for worker in loaded.values()))
         return {name: stats for name, stats in zip(loaded, answers, strict=True) if stats is not None}

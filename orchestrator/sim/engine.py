@@ -12,7 +12,6 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from orchestrator.backends.protocol import BackendStats
 from orchestrator.engine.manifest import Limits
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
@@ -20,6 +19,7 @@ from orchestrator.sim.batching import BatchLimits, admit, blocks_for, schedule
 from orchestrator.sim.blocks import BlockPool, prefix_hashes
 from orchestrator.sim.sequence import Sequence
 from orchestrator.sim.step_time import StepCoefficients
+from orchestrator.worker.messages import BackendStats
 
 
 @dataclass

@@ -8,13 +8,27 @@ import contextlib
 import itertools
 import logging
 import signal
-from dataclasses import asdict
 
-from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta
-from orchestrator.errors import InfernoError, ModelUnavailable, WorkerCrashed, from_wire, to_wire
-from orchestrator.worker.handle import OnExit, Sink, WorkerReady
+from orchestrator.engine.request import EngineRequest
+from orchestrator.errors import InfernoError, ModelUnavailable, WorkerCrashed
+from orchestrator.worker.handle import OnExit, Sink
 from orchestrator.worker.ipc import ChannelClosed
-from orchestrator.worker.main import LoadSpec
+from orchestrator.worker.messages import (
+    BackendStats,
+    Cancel,
+    Idle,
+    LoadFailed,
+    LoadSpec,
+    MalformedFrame,
+    Shutdown,
+    StatsQuery,
+    StatsReport,
+    Step,
+    Submit,
+    TextDelta,
+    WorkerReady,
+    decode_from_worker,
+)
 from orchestrator.worker.process import WorkerProcess
 
 log = logging.getLogger(__name__)
@@ -55,38 +69,43 @@ class WorkerClient:
 
     async def start(self, spec: LoadSpec, timeout_s: float) -> WorkerReady:
         """Have the worker load its engine and wait until it is ready; raises ModelUnavailable and its kin."""
-        self._channel.send({"kind": "load", "spec": asdict(spec)})
+        self._channel.send(spec.to_wire())
         try:
-            first = await asyncio.wait_for(self._first_answer(), timeout_s)
-        except (TimeoutError, ChannelClosed) as exc:
+            answer = await asyncio.wait_for(self._load_answer(), timeout_s)
+        except (TimeoutError, ChannelClosed, MalformedFrame) as exc:
             await self._kill()
-            reason = (
-                f"timed out after {timeout_s:.0f} s"
-                if isinstance(exc, TimeoutError)
-                else describe_exit(self._proc.returncode)
-            )
+            if isinstance(exc, MalformedFrame):
+                log.error("the worker for %s answered its load with a malformed frame: %s", self.model, exc)
+                reason = "it answered with a malformed message"
+            elif isinstance(exc, TimeoutError):
+                reason = f"timed out after {timeout_s:.0f} s"
+            else:
+                reason = describe_exit(self._proc.returncode)
             raise ModelUnavailable(f"the worker for model '{self.model}' failed while loading ({reason})") from exc
-        if first["kind"] == "failed":
+        if isinstance(answer, LoadFailed):
             await self._reap()
-            raise from_wire(first["error"])
-        load = first["load"]
-        self.ready = WorkerReady(pid=first["pid"], rss_bytes=first["rss_bytes"], **load)
+            raise answer.error
+        self.ready = answer
         self.alive = True
         self._reader = asyncio.create_task(self._read_loop(), name=f"worker-reader-{self.model}")
         return self.ready
 
-    async def _first_answer(self) -> dict:
+    async def _load_answer(self) -> WorkerReady | LoadFailed:
+        """"ready" or "failed", after the greeting a fresh worker sends before it sees the load; MalformedFrame
+        for anything else."""
         while True:
-            message = await self._channel.recv()
-            if message["kind"] != "idle":  # a fresh worker's greeting, sent before it saw the load
+            message = decode_from_worker(await self._channel.recv())
+            if isinstance(message, WorkerReady | LoadFailed):
                 return message
+            if not isinstance(message, Idle):
+                raise MalformedFrame(f"a '{message.KIND}' frame came before the load's answer")
 
     def submit(self, request: EngineRequest, sink: Sink) -> None:
         if not self.alive:
             raise WorkerCrashed(f"the worker for model '{self.model}' is gone")
         self._sinks[request.id] = sink
         try:
-            self._channel.send({"kind": "submit", "request": request.to_wire()})
+            self._channel.send(Submit(request).to_wire())
         except ChannelClosed:
             self._sinks.pop(request.id, None)
             raise WorkerCrashed(f"the worker for model '{self.model}' is gone") from None
@@ -95,9 +114,9 @@ class WorkerClient:
         """Stop a request in the engine; no more deltas reach its sink."""
         if self._sinks.pop(request_id, None) is not None:
             with contextlib.suppress(ChannelClosed):
-                self._channel.send({"kind": "cancel", "id": request_id})
+                self._channel.send(Cancel(request_id).to_wire())
 
-    async def stats(self, timeout_s: float = 1.0) -> dict | None:
+    async def stats(self, timeout_s: float = 1.0) -> BackendStats | None:
         """The engine's stats snapshot, or None if the worker does not answer in time."""
         if not self.alive or self._stopping:
             return None
@@ -105,7 +124,7 @@ class WorkerClient:
         waiter = asyncio.get_running_loop().create_future()
         self._stats_waiters[seq] = waiter
         try:
-            self._channel.send({"kind": "stats", "seq": seq})
+            self._channel.send(StatsQuery(seq).to_wire())
             return await asyncio.wait_for(waiter, timeout_s)
         except (TimeoutError, ChannelClosed):
             return None
@@ -117,7 +136,7 @@ class WorkerClient:
         self._stopping = True
         if self._channel is not None:
             with contextlib.suppress(ChannelClosed):
-                self._channel.send({"kind": "shutdown"})
+                self._channel.send(Shutdown().to_wire())
         if self._proc is not None:
             try:
                 await asyncio.wait_for(self._proc.wait(), timeout_s)
@@ -131,16 +150,21 @@ class WorkerClient:
     async def _read_loop(self) -> None:
         try:
             while True:
-                message = await self._channel.recv()
-                kind = message["kind"]
-                if kind == "step":
-                    self._dispatch(message["outputs"])
-                elif kind == "stats":
-                    waiter = self._stats_waiters.get(message["seq"])
+                message = decode_from_worker(await self._channel.recv())
+                if type(message) is Step:
+                    self._dispatch(message.rows)
+                elif type(message) is StatsReport:
+                    waiter = self._stats_waiters.get(message.seq)
                     if waiter is not None and not waiter.done():
-                        waiter.set_result(message["stats"])
+                        waiter.set_result(message.stats)
+                else:
+                    raise MalformedFrame(f"a '{message.KIND}' frame came from a loaded worker")
         except ChannelClosed:
             pass
+        except MalformedFrame as exc:  # a worker that speaks nonsense is ended, as if it had crashed
+            log.error("the worker for %s sent a malformed frame, ending it: %s", self.model, exc)
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
         self.alive = False
         self._channel.close()
         self._on_exit(self.model)  # before anything else: new requests must not reach this worker
@@ -170,7 +194,7 @@ class WorkerClient:
     def _fail_all(self, error: InfernoError) -> None:
         sinks, self._sinks = self._sinks, {}
         for request_id, sink in sinks.items():
-            sink(TextDelta(request_id, "", 0, FinishReason.ERROR, to_wire(error)).to_wire())
+            sink(TextDelta.failure(request_id, error).to_wire())
 
     async def _kill(self) -> None:
         if self._proc.returncode is None:

@@ -8,29 +8,14 @@ scheduler knows only these protocols, a worker that lives in the event loop can 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 from orchestrator.engine.request import EngineRequest
-from orchestrator.worker.main import LoadSpec
+from orchestrator.worker.messages import BackendStats, LoadSpec, WorkerReady
 
-# Where a request's output goes: one call per engine step, with the step's wire row (TextDelta.to_wire).
+# Where a request's output goes: one call per engine step, with the step's wire row (messages.TextDelta.to_wire).
 Sink = Callable[[list], None]
 OnExit = Callable[[str], None]  # told the model's name when its worker goes away, asked to or not
-
-
-@dataclass(frozen=True)
-class WorkerReady:
-    """A worker's report once its engine has loaded."""
-
-    pid: int
-    device: str
-    kv_cache_bytes: int
-    kv_blocks: int
-    tokens_per_block: int
-    max_batch_size: int
-    rss_bytes: int
-    device_bytes: int | None = None  # LoadReport.device_bytes: what the model holds on a simulated device
 
 
 class WorkerHandle(Protocol):
@@ -55,8 +40,8 @@ class WorkerHandle(Protocol):
         """Stop a request in the engine; no more deltas reach its sink."""
         ...
 
-    async def stats(self, timeout_s: float) -> dict | None:
-        """The engine's stats (`BackendStats` as a dict), or None if the worker does not answer in time."""
+    async def stats(self, timeout_s: float) -> BackendStats | None:
+        """The engine's stats, or None if the worker does not answer in time."""
         ...
 
     async def stop(self, timeout_s: float) -> int | None:

@@ -3,8 +3,8 @@
     python -m orchestrator.worker --fd N [--preload hf,trtllm] [--log-level info]
 
 It starts without a model: it imports the backends' runtimes (`--preload`), says "idle", and waits for a
-"load" message naming the engine. The server keeps one such spare ready, so loading a model costs only
-the engine's own load, not starting Python and importing torch.
+"load" message naming the engine (every message, both ways: worker/messages.py). The server keeps one such
+spare ready, so loading a model costs only the engine's own load, not starting Python and importing torch.
 
 Ending this process is how a model is unloaded: its memory (host and device) goes back with it. If the
 HTTP process goes away the channel closes and the worker exits on its own.
@@ -19,7 +19,6 @@ import logging
 import os
 import socket
 import sys
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
@@ -29,26 +28,30 @@ from orchestrator import aio
 from orchestrator.backends import create_backend, preload_backends
 from orchestrator.backends.protocol import Backend, BackendSettings
 from orchestrator.engine.manifest import ChatFormat, load_manifest
-from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta, TokenDelta, check_request
-from orchestrator.errors import EngineDead, EngineError, InfernoError, OutOfMemory, to_wire
+from orchestrator.engine.request import EngineRequest, TokenDelta, check_request
+from orchestrator.errors import EngineDead, EngineError, InfernoError, OutOfMemory
 from orchestrator.structured.tool_formats import tool_format
 from orchestrator.worker.channels import OutputChannels
 from orchestrator.worker.ipc import Channel, ChannelClosed
+from orchestrator.worker.messages import (
+    Cancel,
+    Idle,
+    LoadFailed,
+    LoadSpec,
+    MalformedFrame,
+    Shutdown,
+    StatsQuery,
+    StatsReport,
+    Step,
+    Submit,
+    TextDelta,
+    WorkerReady,
+    decode_to_worker,
+)
 from orchestrator.worker.outputs import SequenceOutput, TokenTexts
 
 log = logging.getLogger("inferno.worker")
 EXIT_ENGINE_DEAD = 3  # the engine stopped for good; the server loads the model afresh
-
-
-@dataclass(frozen=True)
-class LoadSpec:
-    """What to load: sent in the "load" message."""
-
-    engine_dir: str
-    kv_cache_bytes: int
-    device: str = "auto"
-    threads: int | None = None
-    capacity_policy: str = "guaranteed_no_evict"
 
 
 class Worker:
@@ -85,33 +88,48 @@ class Worker:
                 await self._channel.drain(force=True)
                 return
             try:
-                message = receive.result()
+                frame = receive.result()
             except ChannelClosed:
                 return
-            kind = message["kind"]
-            if kind == "submit":
-                self._submit(message["request"])
-            elif kind == "cancel":
-                self._cancel(message["id"])
-            elif kind == "stats":
-                stats = asdict(self._backend.stats())
-                self._channel.send({"kind": "stats", "seq": message["seq"], "stats": stats})
-            elif kind == "shutdown":
+            if not self._handle(frame):
                 return
 
-    def _submit(self, wire: dict) -> None:
-        """Check the request and hand it to the backend; a refusal fails that request alone."""
-        request_id = wire.get("id", "")
+    def _handle(self, frame: dict) -> bool:
+        """Act on one frame from the server; False once it asks to shut down. A malformed frame is logged and
+        otherwise left alone, except a submit whose request id can be read: that request fails."""
         try:
-            request = EngineRequest.from_wire(wire)
+            message = decode_to_worker(frame)
+        except MalformedFrame as exc:
+            log.error("the server sent a malformed frame: %s", exc)
+            if exc.request_id is not None:
+                self._refuse(exc.request_id, EngineError(f"the engine refused the request: {exc}"))
+            return True
+        if type(message) is Submit:
+            self._submit(message.request)
+        elif type(message) is Cancel:
+            self._cancel(message.request_id)
+        elif type(message) is StatsQuery:
+            self._channel.send(StatsReport(message.seq, self._backend.stats()).to_wire())
+        elif type(message) is Shutdown:
+            return False
+        else:
+            log.error("the server sent a '%s' frame to a loaded worker; ignoring it", message.KIND)
+        return True
+
+    def _submit(self, request: EngineRequest) -> None:
+        """Check the request and hand it to the backend; a refusal fails that request alone."""
+        try:
             check_request(request, self._vocab_size)
             self._backend.submit(request)  # delivers nothing before this turn of the event loop ends
             self._live[request.id] = SequenceOutput(request, self._tokenizer, self._texts, self._channels(request))
         except Exception as exc:
             error = exc if isinstance(exc, InfernoError) else EngineError(f"the engine refused the request: {exc}")
             if not isinstance(exc, InfernoError):
-                log.exception("submitting request %s failed", request_id)
-            self._send([TextDelta(request_id, "", 0, FinishReason.ERROR, to_wire(error)).to_wire()])
+                log.exception("submitting request %s failed", request.id)
+            self._refuse(request.id, error)
+
+    def _refuse(self, request_id: str, error: InfernoError) -> None:
+        self._send([TextDelta.failure(request_id, error).to_wire()])
 
     def _channels(self, request: EngineRequest) -> OutputChannels | None:
         """Content, thinking and tool calls apart, for requests that ask (others' text is all content)."""
@@ -145,8 +163,8 @@ class Worker:
 
     def dead(self, reason: str) -> None:
         log.error("the engine stopped: %s; exiting so the model is loaded afresh", reason)
-        error = to_wire(EngineDead(f"the engine stopped: {reason}"))
-        rows = [TextDelta(request_id, "", 0, FinishReason.ERROR, error).to_wire() for request_id in self._live]
+        error = EngineDead(f"the engine stopped: {reason}")
+        rows = [TextDelta.failure(request_id, error).to_wire() for request_id in self._live]
         self._live.clear()
         if rows:
             self._send(rows)
@@ -154,7 +172,7 @@ class Worker:
 
     def _send(self, rows: list[list]) -> None:
         try:
-            self._channel.send({"kind": "step", "outputs": rows})
+            self._channel.send(Step(rows).to_wire())
         except ChannelClosed:
             pass
 
@@ -177,47 +195,54 @@ async def _exit_when_parent_leaves(channel: Channel) -> None:
     os._exit(1)
 
 
+async def _receive_load(channel: Channel) -> LoadSpec | None:
+    """The load message; None if the server asks this worker to shut down first. MalformedFrame for any other
+    frame, ChannelClosed if the server goes away."""
+    message = decode_to_worker(await channel.recv())
+    if isinstance(message, Shutdown):
+        return None
+    if not isinstance(message, LoadSpec):
+        raise MalformedFrame(f"a '{message.KIND}' frame came before the load")
+    return message
+
+
+async def _fail_load(channel: Channel, error: InfernoError) -> int:
+    channel.send(LoadFailed(error).to_wire())
+    await channel.drain()
+    return 1
+
+
 async def main_async(fd: int, preload: tuple[str, ...]) -> int:
     channel = await Channel.open(socket.socket(fileno=fd))
     preload_backends(preload)
-    channel.send({"kind": "idle", "pid": os.getpid()})
+    channel.send(Idle(os.getpid()).to_wire())
     try:
-        message = await channel.recv()
+        spec = await _receive_load(channel)
     except ChannelClosed:
         return 0
-    if message["kind"] != "load":
+    except MalformedFrame as exc:
+        log.error("the server sent a malformed load: %s", exc)
+        return await _fail_load(channel, EngineError(f"the worker could not read its load message: {exc}"))
+    if spec is None:
         return 0
-    spec = LoadSpec(**message["spec"])
     folder = Path(spec.engine_dir)
     _name_the_log(folder.name)
     watchdog = asyncio.create_task(_exit_when_parent_leaves(channel))
     try:
         manifest = load_manifest(folder)
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        backend = create_backend(
-            BackendSettings(
-                engine_dir=folder,
-                manifest=manifest,
-                kv_cache_bytes=spec.kv_cache_bytes,
-                device=spec.device,
-                threads=spec.threads,
-                capacity_policy=spec.capacity_policy,
-            )
-        )
+        backend = create_backend(BackendSettings(folder, manifest, spec.kv_cache_bytes, spec.options))
         vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         worker = Worker(channel, backend, tokenizer, vocab_size, manifest.chat)
         report = await backend.start(worker)
     except Exception as exc:
         error = _classify_load_error(exc)
         log.error("%s: %s", folder.name, error.message)
-        channel.send({"kind": "failed", "error": to_wire(error)})
-        await channel.drain()
-        return 1
+        return await _fail_load(channel, error)
     watchdog.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await watchdog  # the channel has one reader at a time
-    rss = psutil.Process().memory_info().rss
-    channel.send({"kind": "ready", "load": asdict(report), "rss_bytes": rss, "pid": os.getpid()})
+    channel.send(WorkerReady(os.getpid(), psutil.Process().memory_info().rss, report).to_wire())
     try:
         await worker.serve()
     finally:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from tokenizers import Tokenizer
 
-from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta, TokenDelta
+from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.errors import EngineError, to_wire
 from orchestrator.text.detokenizer import IncrementalDetokenizer, StopMatcher
 from orchestrator.worker.channels import OutputChannels
+from orchestrator.worker.messages import TextDelta
 
 
 class TokenTexts:

@@ -19,6 +19,7 @@ from typing import Literal
 from orchestrator.config import ServerConfig
 from orchestrator.worker.client import WorkerClient
 from orchestrator.worker.handle import OnExit
+from orchestrator.worker.messages import Idle, MalformedFrame
 from orchestrator.worker.process import WorkerProcess, spawn_worker
 
 log = logging.getLogger(__name__)
@@ -122,9 +123,14 @@ class WorkerPool:
 
     # -- spares -------------------------------------------------------------------------------------------
     async def _start_spare(self) -> WorkerProcess:
-        """A spare is ready once it greets with "idle": its runtimes are imported."""
+        """A spare is ready once it greets with "idle": its runtimes are imported. MalformedFrame (the spare is
+        killed) for any other first frame."""
         process = await self._spawn()
-        await process.channel.recv()
+        try:
+            Idle.from_wire(await process.channel.recv())
+        except MalformedFrame:
+            await process.kill()
+            raise
         return process
 
     async def close(self) -> None:

@@ -12,18 +12,20 @@ from tokenizers import Tokenizer
 pytest.importorskip("torch")
 
 from orchestrator.backends import hf
+from orchestrator.backends.options import HfOptions
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.engine.manifest import load_manifest
-from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TextDelta
+from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
 from orchestrator.errors import EngineDead
 from orchestrator.worker.ipc import Channel
 from orchestrator.worker.main import Worker
+from orchestrator.worker.messages import Submit, TextDelta
 
 REQUEST = EngineRequest("r.0", (1, 4093, 198, 6004, 2), max_new_tokens=4, sampling=SamplingParams(temperature=0.0))
 
 
 async def started_backend(folder, outputs=None):
-    backend = hf.create(BackendSettings(folder, load_manifest(folder), kv_cache_bytes=32 * 2**20, threads=1))
+    backend = hf.create(BackendSettings(folder, load_manifest(folder), 32 * 2**20, HfOptions(threads=1)))
     await backend.start(outputs or RequestStreams(backend))
     return backend
 
@@ -48,12 +50,12 @@ def test_the_worker_fails_the_request_and_stops_serving_when_the_engine_dies(def
         server_end, worker_end = socket.socketpair()
         server, channel = await Channel.open(server_end), await Channel.open(worker_end)
         tokenizer = Tokenizer.from_file(str(default_engine / "tokenizer.json"))
-        backend = hf.create(BackendSettings(default_engine, load_manifest(default_engine), 32 * 2**20, threads=1))
+        backend = hf.create(BackendSettings(default_engine, load_manifest(default_engine), 32 * 2**20, HfOptions(threads=1)))
         worker = Worker(channel, backend, tokenizer, tokenizer.get_vocab_size(with_added_tokens=True))
         await backend.start(worker)
         await asyncio.to_thread(backend._manager.stop, block=True)
         serving = asyncio.create_task(worker.serve())
-        server.send({"kind": "submit", "request": REQUEST.to_wire()})
+        server.send(Submit(REQUEST).to_wire())
         frame = await asyncio.wait_for(server.recv(), 30)
         await asyncio.wait_for(serving, 30)  # returns by itself: the worker process would now exit
         await backend.close()

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from build_scripts.catalog import load_catalog
-from build_scripts.environment import Environment, Gpu
+from build_scripts.environment import Environment
 from build_scripts.plan import BuildOptions, resolve_spec
 from build_scripts.sources import resolve_checkpoint
+from orchestrator.visible_gpus import Gpu
 from tests.conftest import ROOT
 
 H100 = "NVIDIA H100 80GB HBM3"

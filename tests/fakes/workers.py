@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta
+from orchestrator.engine.request import EngineRequest, FinishReason
 from orchestrator.errors import InfernoError, ModelUnavailable, WorkerCrashed, to_wire
 from orchestrator.scheduler.ledger import DeviceReading
-from orchestrator.worker.handle import OnExit, Sink, WorkerReady
-from orchestrator.worker.main import LoadSpec
+from orchestrator.worker.handle import OnExit, Sink
+from orchestrator.worker.messages import BackendStats, LoadReport, LoadSpec, TextDelta, WorkerReady
 
 FIRST_PID = 10_000_000  # above Linux's largest pid: never a real process
 
@@ -51,7 +51,7 @@ class FakeWorker:
             raise failures.pop(0)
         self.alive = True
         # No memory to measure here (rss 0): the ledger keeps its estimate.
-        return WorkerReady(self.pid, "fake", spec.kv_cache_bytes, 64, 16, 8, rss_bytes=0)
+        return WorkerReady(self.pid, rss_bytes=0, load=LoadReport("fake", spec.kv_cache_bytes, 64, 16, 8))
 
     def submit(self, request: EngineRequest, sink: Sink) -> None:
         if not self.alive:
@@ -67,12 +67,12 @@ class FakeWorker:
             self.cancelled.append(request_id)
             self._source.cancels.put_nowait(request_id)
 
-    async def stats(self, timeout_s: float) -> dict | None:
-        """`BackendStats` as a dict, for a made-up KV cache of 64 blocks of 16 tokens, none in use."""
+    async def stats(self, timeout_s: float) -> BackendStats | None:
+        """A made-up KV cache of 64 blocks of 16 tokens, none in use."""
         if not self.alive:
             return None
-        return {"running": len(self.sinks), "waiting": 0, "kv_blocks_total": 64, "kv_blocks_free": 64,
-                "kv_blocks_used": 0, "tokens_per_block": 16, "iterations": 0}
+        return BackendStats(running=len(self.sinks), waiting=0, kv_blocks_total=64, kv_blocks_free=64,
+                            kv_blocks_used=0, tokens_per_block=16, iterations=0)
 
     async def stop(self, timeout_s: float) -> int | None:
         self.stopped = True
@@ -103,7 +103,7 @@ class FakeWorker:
         sinks, self.sinks = self.sinks, {}
         for request_id, sink in sinks.items():
             error = WorkerCrashed(f"the worker for model '{self.model}' exited ({how}) while running this request")
-            sink(TextDelta(request_id, "", 0, FinishReason.ERROR, to_wire(error)).to_wire())
+            sink(TextDelta.failure(request_id, error).to_wire())
 
 
 class FakeWorkers:

@@ -22,6 +22,7 @@ from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.metrics.scheduler_events import SchedulerMetrics
 from orchestrator.metrics.scheduler_gauges import device_families, model_families
 from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot, SchedulerEvents
+from orchestrator.worker.messages import BackendStats
 
 
 class Families:
@@ -82,10 +83,10 @@ def test_device_memory_is_exported_as_the_scheduler_reports_it():
     assert values[("inferno_device_memory_used_bytes", (("device", "cpu"),))] == 2**35
 
 
-def engine_stats(**overrides) -> dict:
+def engine_stats(**overrides) -> BackendStats:
     stats = dict(running=3, waiting=1, kv_blocks_total=200, kv_blocks_free=150, kv_blocks_used=50,
                  tokens_per_block=32, iterations=1234, kv_blocks_reused=None, iteration_latency_ms=None)
-    return {**stats, **overrides}
+    return BackendStats(**{**stats, **overrides})
 
 
 def test_engine_families_from_a_workers_stats():

@@ -12,6 +12,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from orchestrator.backends import create_backend, features_of
+from orchestrator.backends.options import SimOptions
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.backends.sim import THREAD_NAME
 from orchestrator.engine.manifest import load_manifest
@@ -174,6 +175,6 @@ async def test_a_small_byte_budget_gives_a_small_cache_and_the_capacity_override
 
 def test_only_the_capacity_policy_it_simulates_is_accepted(fast_engine_dir):
     manifest = load_manifest(fast_engine_dir)
-    asked = BackendSettings(fast_engine_dir, manifest, 10**9, capacity_policy="max_utilization")
+    asked = BackendSettings(fast_engine_dir, manifest, 10**9, SimOptions(capacity_policy="max_utilization"))
     with pytest.raises(ModelUnavailable, match="guaranteed_no_evict capacity policy only"):
         create_backend(asked)

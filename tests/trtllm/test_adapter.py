@@ -13,19 +13,22 @@ from types import SimpleNamespace
 import pytest
 from tokenizers import Tokenizer
 
+from orchestrator.backends.options import parse_options
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.backends.trtllm import TrtllmBackend
 from orchestrator.backends.trtllm_config import FREE_MEMORY_CAP, build_executor_config
 from orchestrator.backends.trtllm_requests import RequestBuilder, engine_priority
 from orchestrator.backends.trtllm_responses import ResponseReader
-from orchestrator.backends.trtllm_runtime import Gpu, Runtime, check_engine_matches_runtime, load_runtime
+from orchestrator.backends.trtllm_runtime import Runtime, check_engine_matches_runtime, load_runtime
 from orchestrator.backends.trtllm_stats import IterationStatsReader
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
 from orchestrator.errors import BackendUnavailable, EngineError, ModelUnavailable, QueueFull
+from orchestrator.visible_gpus import Gpu
+from tests.fakes.nvml import FakeGpu, FakeNvml
 from tests.trtllm.conftest import DOUBLES, make_trtllm_engine
 
-H100 = Gpu(0, "NVIDIA H100 80GB HBM3", "9.0")
+H100 = Gpu(0, "NVIDIA H100 80GB HBM3", 9, 0)
 VOCAB = 49152  # SmolLM2's, which the test engines take
 
 
@@ -47,9 +50,11 @@ def engines(default_engine, tmp_path_factory) -> Path:
     return folder
 
 
-def settings_for(folder: Path, kv_cache_bytes: int | None = None, **changes) -> BackendSettings:
+def settings_for(folder: Path, kv_cache_bytes: int | None = None, **options) -> BackendSettings:
+    """`options` as the trtllm backend's section (parse_options refuses a wrong one, naming the field)."""
     manifest = load_manifest(folder)
-    return BackendSettings(folder, manifest, kv_cache_bytes or manifest.kv_cache.default_budget_bytes, **changes)
+    budget = kv_cache_bytes or manifest.kv_cache.default_budget_bytes
+    return BackendSettings(folder, manifest, budget, parse_options(manifest.backend, options))
 
 
 # -- the Executor's configuration -------------------------------------------------------------------------------
@@ -250,7 +255,7 @@ def test_an_engine_built_for_this_version_and_gpu_is_accepted(engines):
 
 @pytest.mark.parametrize(("version", "gpus", "reason"), [
     ("1.2.0", [H100], "built with TensorRT-LLM 1.2.1, but this server runs TensorRT-LLM 1.2.0"),
-    ("1.2.1", [Gpu(0, "NVIDIA A100-SXM4-80GB", "8.0")], "built for sm90 (compute capability 9.0), but GPU 0"),
+    ("1.2.1", [Gpu(0, "NVIDIA A100-SXM4-80GB", 8, 0)], "built for sm90 (compute capability 9.0), but GPU 0"),
     ("1.2.1", [], "needs 1 GPU(s)"),
 ])
 def test_an_engine_for_another_version_or_gpu_is_refused_with_the_rebuild_command(engines, version, gpus, reason):
@@ -265,7 +270,7 @@ def test_the_architecture_is_read_from_target_arch_when_the_capability_is_missin
     arch_only = manifest.model_copy(update={"build": manifest.build.model_copy(update={"compute_capability": None})})
     check_engine_matches_runtime(arch_only, engines / "one-gpu", "1.2.1", [H100])
     with pytest.raises(ModelUnavailable, match="sm89"):
-        check_engine_matches_runtime(arch_only, engines / "one-gpu", "1.2.1", [Gpu(0, "NVIDIA L40S", "8.9")])
+        check_engine_matches_runtime(arch_only, engines / "one-gpu", "1.2.1", [Gpu(0, "NVIDIA L40S", 8, 9)])
 
 
 def test_a_manifest_without_the_tensorrt_llm_version_is_refused(engines):
@@ -452,34 +457,6 @@ def test_closing_cancels_live_requests_because_shutdown_drains(trt, runtime, eng
     assert list(engine.finish_reasons.values())[-1] == "CANCELLED"  # not drained to its 10,000th token
 
 
-class FakeNvml:
-    """Stands in for nvidia-ml-py's `pynvml` (there is no NVIDIA driver here): a machine with these GPUs."""
-
-    def __init__(self, gpus: list[tuple[str, str, tuple[int, int]]]):  # (uuid, name, capability) by NVML index
-        self.gpus, self.open = gpus, False
-
-    def nvmlInit(self):
-        self.open = True
-
-    def nvmlShutdown(self):
-        self.open = False
-
-    def nvmlDeviceGetCount(self):
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        return self.gpus[index]
-
-    def nvmlDeviceGetHandleByUUID(self, uuid):
-        return next(gpu for gpu in self.gpus if gpu[0] == uuid)
-
-    def nvmlDeviceGetName(self, handle):
-        return handle[1]
-
-    def nvmlDeviceGetCudaComputeCapability(self, handle):
-        return handle[2]
-
-
 @pytest.mark.parametrize(("visible", "expected"), [
     (None, ["A100", "H100", "L40S"]),
     ("1,0", ["H100", "A100"]),
@@ -490,7 +467,8 @@ class FakeNvml:
 def test_gpus_are_read_in_the_order_cuda_numbers_them(monkeypatch, visible, expected):
     from orchestrator.backends.trtllm_runtime import visible_gpus
 
-    nvml = FakeNvml([("GPU-a100", "A100", (8, 0)), ("GPU-h100", "H100", (9, 0)), ("GPU-l40s", "L40S", (8, 9))])
+    nvml = FakeNvml([FakeGpu("GPU-a100", "A100", (8, 0)), FakeGpu("GPU-h100", "H100", (9, 0)),
+                     FakeGpu("GPU-l40s", "L40S", (8, 9))])
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

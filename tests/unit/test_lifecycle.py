@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from orchestrator.engine.request import EngineRequest, FinishReason, TextDelta
+from orchestrator.engine.request import EngineRequest, FinishReason
 from orchestrator.errors import WorkerCrashed, to_wire
 from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
+from orchestrator.worker.messages import TextDelta
 
 
 def make(n: int = 2) -> InferenceRequest:

@@ -12,7 +12,7 @@ from tests.fakes.clock import run_virtual
 
 class _Greeting:
     async def recv(self) -> dict:
-        return {"kind": "idle"}
+        return {"kind": "idle", "pid": 4242}
 
 
 class _Process:

@@ -1,0 +1,92 @@
+"""Each backend's own option section: the knobs it reads, validated by its own pydantic model.
+
+The server's settings name these knobs once, as users type them (`--worker.device`, `--worker.threads`,
+`--worker.capacity-policy`; orchestrator/config.py declares those keys with the types below). A model's load
+carries only its backend's section (`LoadSpec.options`), made from those settings by `options_for`: a backend's
+option `x` is the server's `worker.x`, and settings the backend has no option for are not part of its section.
+The worker hands the section to the backend (`BackendSettings.options`), which reads its own fields and no
+other backend's.
+
+Imported by the HTTP process too (config, placement, the load message): nothing here imports a runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.errors import ModelUnavailable
+
+# Each knob's type and bounds, declared once: the server's settings and the backends' sections both use them.
+Device = Annotated[Literal["auto", "cpu", "cuda"], Field(description="auto picks cuda when torch sees a GPU")]
+Threads = Annotated[int | None, Field(ge=1, description="CPU threads (None: the backend's default)")]
+CapacityPolicy = Annotated[
+    Literal["guaranteed_no_evict", "max_utilization"],
+    Field(description="TensorRT-LLM's capacity scheduler: admit only what can finish, or fill the KV cache and pause"),
+]
+
+
+class BackendOptions(BaseModel):
+    """One backend's section. `backend` names the backend it belongs to (the manifest's `backend`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    backend: ClassVar[str]
+
+
+class HfOptions(BackendOptions):
+    backend: ClassVar[str] = "hf"
+    device: Device = "auto"
+    threads: Threads = None  # torch's intra-op threads (None: torch's default, every core)
+
+
+class LlamaCppOptions(BackendOptions):
+    backend: ClassVar[str] = "llamacpp"
+    threads: Threads = None  # llama.cpp's threads (None: every core but one, llamacpp.default_threads)
+
+
+class TrtllmOptions(BackendOptions):
+    backend: ClassVar[str] = "trtllm"
+    capacity_policy: CapacityPolicy = "guaranteed_no_evict"
+
+
+class SimOptions(BackendOptions):
+    """The simulator takes the policy a TensorRT-LLM engine would, and refuses the one it does not simulate."""
+
+    backend: ClassVar[str] = "sim"
+    capacity_policy: CapacityPolicy = "guaranteed_no_evict"
+
+
+OPTIONS: dict[str, type[BackendOptions]] = {
+    model.backend: model for model in (HfOptions, LlamaCppOptions, TrtllmOptions, SimOptions)
+}
+
+
+def options_model(backend: str) -> type[BackendOptions]:
+    """The section model of `backend`; ModelUnavailable for a backend this server does not know."""
+    model = OPTIONS.get(backend)
+    if model is None:
+        raise ModelUnavailable(f"backend must be one of {', '.join(sorted(OPTIONS))} (got {backend!r})")
+    return model
+
+
+def parse_options(backend: str, section: Mapping[str, object]) -> BackendOptions:
+    """`section` checked by `backend`'s model: ModelUnavailable naming the first field that is wrong (an unknown
+    field included) and the value given."""
+    model = options_model(backend)
+    try:
+        return model.model_validate(dict(section))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or backend
+        raise ModelUnavailable(
+            f"{backend} option {field}: {first['msg']} (got {first.get('input')!r:.80})", param=field
+        ) from None
+
+
+def options_for(backend: str, settings: Mapping[str, object]) -> BackendOptions:
+    """`backend`'s section from the server's worker settings (`WorkerConfig.model_dump()`, or any mapping of
+    the same names): the fields the backend declares, each from the setting of the same name when given."""
+    model = options_model(backend)
+    return parse_options(backend, {name: settings[name] for name in model.model_fields if name in settings})
