@@ -28,7 +28,13 @@ from orchestrator.backends.protocol import (
 )
 from orchestrator.backends.trtllm_config import build_executor_config, engine_vocab_size, kv_cache_tokens
 from orchestrator.backends.trtllm_requests import RequestBuilder
-from orchestrator.backends.trtllm_responses import ResponsePump, ResponseReader, Update, top_alternatives
+from orchestrator.backends.trtllm_responses import (
+    ResponsePump,
+    ResponseReader,
+    Update,
+    cached_prompt_tokens,
+    top_alternatives,
+)
 from orchestrator.backends.trtllm_runtime import (
     Runtime,
     check_engine_matches_runtime,
@@ -54,7 +60,7 @@ def create(settings: BackendSettings) -> TrtllmBackend:
 class _Running:
     """What the backend keeps per executor request while it runs."""
 
-    __slots__ = ("end_tokens", "generated", "min_tokens", "name", "top_logprobs")
+    __slots__ = ("end_tokens", "generated", "min_tokens", "name", "prompt_len", "top_logprobs", "unreported")
 
     def __init__(self, name: str, request: EngineRequest, end_tokens: frozenset[int]):
         self.name = name
@@ -62,6 +68,15 @@ class _Running:
         self.min_tokens = request.min_tokens
         self.end_tokens = end_tokens if request.min_tokens else frozenset()  # watched here, not by the engine
         self.generated = 0
+        self.prompt_len = len(request.prompt_ids)
+        self.unreported = True  # the cached prompt tokens are still to be told, on the first delta sent
+
+    def report_cached(self, delta: TokenDelta, reused_blocks: int | None, tokens_per_block: int) -> None:
+        """Put the cached prompt tokens on the first delta sent whose result carried the engine's count. A result
+        without perf metrics tells nothing: the count stays unknown (None), never a made-up 0."""
+        if self.unreported and reused_blocks is not None:
+            delta.cached_tokens = cached_prompt_tokens(reused_blocks, tokens_per_block, self.prompt_len)
+            self.unreported = False
 
     def cut_at_end_token(self, delta: TokenDelta) -> bool:
         """End the delta at the first watched end token past min_tokens; True if one was found."""
@@ -88,6 +103,7 @@ class TrtllmBackend:
         manifest = settings.manifest
         max_tokens = kv_cache_tokens(settings)
         tokens_per_block = manifest.kv_cache.tokens_per_block
+        self._tokens_per_block = tokens_per_block  # the engine's, fixed when it was built
         self._stats = IterationStatsReader(max_tokens // tokens_per_block, tokens_per_block)
         self._reader = ResponseReader(self._trtllm, manifest.tokenizer.eos_token_ids)
         self._requests: RequestBuilder | None = None
@@ -182,6 +198,7 @@ class TrtllmBackend:
                 del self._ids[running.name]
             elif not delta.token_ids:
                 continue
+            running.report_cached(delta, update.reused_blocks, self._tokens_per_block)
             deltas.append(delta)
         if deltas:
             self._outputs.step(deltas)

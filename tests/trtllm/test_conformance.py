@@ -156,6 +156,7 @@ def test_the_adapter_uses_only_names_in_the_reference(reference, double, default
     recorder = Recorder()
     _drive_the_adapter(recorder.wrap(double), default_engine, tmp_path)
     assert {"ExecutorConfig", "KvCacheConfig", "await_responses", "get_latest_iteration_stats"} <= recorder.names
+    assert {"return_perf_metrics", "request_perf_metrics", "kv_cache_metrics", "num_reused_blocks"} <= recorder.names
     unknown = sorted(recorder.names - reference.names)
     assert not unknown, f"the adapter uses names the TensorRT-LLM 1.2 reference does not list: {unknown}"
 
