@@ -60,7 +60,8 @@ def create(settings: BackendSettings) -> TrtllmBackend:
 class _Running:
     """What the backend keeps per executor request while it runs."""
 
-    __slots__ = ("end_tokens", "generated", "min_tokens", "name", "prompt_len", "top_logprobs", "unreported")
+    __slots__ = ("end_tokens", "generated", "min_tokens", "name", "prompt_len", "reused_blocks", "top_logprobs",
+                 "unreported")
 
     def __init__(self, name: str, request: EngineRequest, end_tokens: frozenset[int]):
         self.name = name
@@ -69,13 +70,18 @@ class _Running:
         self.end_tokens = end_tokens if request.min_tokens else frozenset()  # watched here, not by the engine
         self.generated = 0
         self.prompt_len = len(request.prompt_ids)
+        self.reused_blocks: int | None = None  # the engine's count, from the request's first result
         self.unreported = True  # the cached prompt tokens are still to be told, on the first delta sent
 
-    def report_cached(self, delta: TokenDelta, reused_blocks: int | None, tokens_per_block: int) -> None:
-        """Put the cached prompt tokens on the first delta sent whose result carried the engine's count. A result
-        without perf metrics tells nothing: the count stays unknown (None), never a made-up 0."""
-        if self.unreported and reused_blocks is not None:
-            delta.cached_tokens = cached_prompt_tokens(reused_blocks, tokens_per_block, self.prompt_len)
+    def note_reused(self, reused_blocks: int | None) -> None:
+        if reused_blocks is not None:
+            self.reused_blocks = reused_blocks
+
+    def report_cached(self, delta: TokenDelta, tokens_per_block: int) -> None:
+        """Put the cached prompt tokens on the first delta sent once the engine's count is known. Results without
+        perf metrics tell nothing: the count stays unknown (None), never a made-up 0."""
+        if self.unreported and self.reused_blocks is not None:
+            delta.cached_tokens = cached_prompt_tokens(self.reused_blocks, tokens_per_block, self.prompt_len)
             self.unreported = False
 
     def cut_at_end_token(self, delta: TokenDelta) -> bool:
@@ -188,6 +194,7 @@ class TrtllmBackend:
                 continue  # not ours (any more)
             delta = update.delta
             delta.request_id = running.name
+            running.note_reused(update.reused_blocks)
             if running.top_logprobs and update.logits is not None and delta.token_ids:
                 delta.logprobs, delta.top_logprobs = top_alternatives(update.logits, delta.token_ids, running.top_logprobs)
             if running.cut_at_end_token(delta) and not update.final:
@@ -198,7 +205,7 @@ class TrtllmBackend:
                 del self._ids[running.name]
             elif not delta.token_ids:
                 continue
-            running.report_cached(delta, update.reused_blocks, self._tokens_per_block)
+            running.report_cached(delta, self._tokens_per_block)
             deltas.append(delta)
         if deltas:
             self._outputs.step(deltas)

@@ -45,7 +45,10 @@ class Update:
 
 
 class ResponseReader:
-    """Reads Responses into Updates. Only the tokens new since the last response are in a streaming result."""
+    """Reads Responses into Updates. Only the tokens new since the last response are in a streaming result.
+
+    The reused blocks are read from a request's first result only: every result carries the same count, and
+    reading the perf metrics makes a Python copy of them. Called from the response thread alone."""
 
     def __init__(self, trtllm: ModuleType, eos_token_ids: tuple[int, ...]):
         reasons = trtllm.FinishReason
@@ -57,6 +60,22 @@ class ResponseReader:
             reasons.CANCELLED: FinishReason.CANCELLED,
         }
         self._eos = frozenset(eos_token_ids)
+        self._counted: set[int] = set()  # requests whose reused blocks were read, until their final result
+
+    def _reused_blocks(self, request_id: int, result) -> int | None:
+        """kv_cache_metrics.num_reused_blocks on the request's first result; None on the others, and when the
+        result carries no perf metrics."""
+        if result.is_final:
+            first = request_id not in self._counted
+            self._counted.discard(request_id)
+            if not first:
+                return None
+        elif request_id in self._counted:
+            return None
+        else:
+            self._counted.add(request_id)
+        metrics = result.request_perf_metrics
+        return None if metrics is None else int(metrics.kv_cache_metrics.num_reused_blocks)
 
     def read(self, response) -> Update:
         request_id = response.request_id
@@ -68,7 +87,7 @@ class ResponseReader:
         tokens = list(beams[0]) if beams else []  # one beam: beam_width is 1
         logprobs = _last_logprobs(result.log_probs, len(tokens))
         logits = _step_logits(result.generation_logits, len(tokens))
-        reused = _reused_blocks(result.request_perf_metrics)
+        reused = self._reused_blocks(request_id, result)
         if not result.is_final:
             return Update(request_id, TokenDelta("", tokens, logprobs=logprobs), False, logits, reused)
         reasons = result.finish_reasons
@@ -91,13 +110,6 @@ def cached_prompt_tokens(reused_blocks: int, tokens_per_block: int, prompt_len: 
     block, so where two prompts part in the middle of a block this says up to tokens_per_block - 1 more than
     the engine really reused; where they part at a block boundary it is exact."""
     return max(0, min(reused_blocks * tokens_per_block, prompt_len - 1))
-
-
-def _reused_blocks(perf_metrics) -> int | None:
-    """kv_cache_metrics.num_reused_blocks of a result's perf metrics; None when the result carries none."""
-    if perf_metrics is None:
-        return None
-    return int(perf_metrics.kv_cache_metrics.num_reused_blocks)
 
 
 def request_error(message: str) -> InfernoError:

@@ -231,9 +231,11 @@ def test_finish_reasons_map_to_the_protocol(trt, reason, tokens, finish, kept):
 
 
 # -- cached prompt tokens ---------------------------------------------------------------------------------------
-def test_a_results_perf_metrics_give_the_reused_blocks_and_none_means_unknown(trt):
+def test_a_requests_first_result_gives_the_reused_blocks_and_none_means_unknown(trt):
     reader = ResponseReader(trt, (2, 0))
-    assert reader.read(response(trt, [11], reused_blocks=3)).reused_blocks == 3
+    stream = [response(trt, [11], reused_blocks=3), response(trt, [12], reused_blocks=3),
+              response(trt, [13], final=True, reason="LENGTH", reused_blocks=3)]
+    assert [reader.read(r).reused_blocks for r in stream] == [3, None, None]  # read once per request
     assert reader.read(response(trt, [11], final=True, reason="LENGTH", reused_blocks=0)).reused_blocks == 0
     assert reader.read(response(trt, [11])).reused_blocks is None  # no perf metrics: unknown, not 0
 
@@ -251,11 +253,14 @@ def test_cached_prompt_tokens_are_reused_blocks_up_to_all_but_the_last_prompt_to
     assert cached_prompt_tokens(reused, 32, prompt_len) == cached
 
 
-def test_the_cached_tokens_go_once_on_the_first_delta_whose_result_counted_them():
+def test_the_cached_tokens_go_once_on_the_first_delta_sent_after_the_count():
     running = _Running("r", EngineRequest("r", tuple(range(100, 170)), 8), frozenset())
     deltas = [TokenDelta("r", [token]) for token in (1, 2, 3)]
-    for delta, reused in zip(deltas, (None, 2, 2), strict=True):
-        running.report_cached(delta, reused, 32)
+    running.report_cached(deltas[0], 32)  # no count yet (a result without perf metrics): nothing said
+    running.note_reused(2)  # from a result whose delta was not sent
+    running.note_reused(None)
+    running.report_cached(deltas[1], 32)
+    running.report_cached(deltas[2], 32)
     assert [d.cached_tokens for d in deltas] == [None, 64, None]
 
 
