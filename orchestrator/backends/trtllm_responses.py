@@ -80,6 +80,7 @@ class ResponseReader:
     def read(self, response) -> Update:
         request_id = response.request_id
         if response.has_error():  # `result` would raise; an error ends the request
+            self._counted.discard(request_id)
             error = request_error(response.error_msg)
             return Update(request_id, TokenDelta("", finish=FinishReason.ERROR, error=error), True)
         result = response.result

@@ -238,6 +238,8 @@ def test_a_requests_first_result_gives_the_reused_blocks_and_none_means_unknown(
     assert [reader.read(r).reused_blocks for r in stream] == [3, None, None]  # read once per request
     assert reader.read(response(trt, [11], final=True, reason="LENGTH", reused_blocks=0)).reused_blocks == 0
     assert reader.read(response(trt, [11])).reused_blocks is None  # no perf metrics: unknown, not 0
+    reader.read(response(trt, [], error="the engine broke"))  # an error ends the request too
+    assert reader._counted == set()
 
 
 @pytest.mark.parametrize(("reused", "prompt_len", "cached"), [
