@@ -22,7 +22,13 @@ from tokenizers import Tokenizer
 from orchestrator.backends.protocol import BackendSettings, EngineOutputs, RequestStreams
 from orchestrator.backends.trtllm_config import build_executor_config, engine_vocab_size, kv_cache_tokens
 from orchestrator.backends.trtllm_requests import RequestBuilder
-from orchestrator.backends.trtllm_responses import ResponsePump, ResponseReader, Update, top_alternatives
+from orchestrator.backends.trtllm_responses import (
+    ResponsePump,
+    ResponseReader,
+    Update,
+    cached_prompt_tokens,
+    top_alternatives,
+)
 from orchestrator.backends.trtllm_runtime import (
     Runtime,
     check_engine_matches_runtime,
@@ -49,7 +55,8 @@ def create(settings: BackendSettings) -> TrtllmBackend:
 class _Running:
     """What the backend keeps per executor request while it runs."""
 
-    __slots__ = ("end_tokens", "generated", "min_tokens", "name", "top_logprobs")
+    __slots__ = ("end_tokens", "generated", "min_tokens", "name", "prompt_len", "reused_blocks", "top_logprobs",
+                 "unreported")
 
     def __init__(self, name: str, request: EngineRequest, end_tokens: frozenset[int]):
         self.name = name
@@ -57,6 +64,20 @@ class _Running:
         self.min_tokens = request.min_tokens
         self.end_tokens = end_tokens if request.min_tokens else frozenset()  # watched here, not by the engine
         self.generated = 0
+        self.prompt_len = len(request.prompt_ids)
+        self.reused_blocks: int | None = None  # the engine's count, from the request's first result
+        self.unreported = True  # the cached prompt tokens are still to be told, on the first delta sent
+
+    def note_reused(self, reused_blocks: int | None) -> None:
+        if reused_blocks is not None:
+            self.reused_blocks = reused_blocks
+
+    def report_cached(self, delta: TokenDelta, tokens_per_block: int) -> None:
+        """Put the cached prompt tokens on the first delta sent once the engine's count is known. Results without
+        perf metrics tell nothing: the count stays unknown (None), never a made-up 0."""
+        if self.unreported and self.reused_blocks is not None:
+            delta.cached_tokens = cached_prompt_tokens(self.reused_blocks, tokens_per_block, self.prompt_len)
+            self.unreported = False
 
     def cut_at_end_token(self, delta: TokenDelta) -> bool:
         """End the delta at the first watched end token past min_tokens; True if one was found."""
@@ -83,6 +104,7 @@ class TrtllmBackend:
         manifest = settings.manifest
         max_tokens = kv_cache_tokens(settings)
         tokens_per_block = manifest.kv_cache.tokens_per_block
+        self._tokens_per_block = tokens_per_block  # the engine's, fixed when it was built
         self._stats = IterationStatsReader(max_tokens // tokens_per_block, tokens_per_block)
         self._reader = ResponseReader(self._trtllm, manifest.tokenizer.eos_token_ids)
         self._requests: RequestBuilder | None = None
@@ -167,6 +189,7 @@ class TrtllmBackend:
                 continue  # not ours (any more)
             delta = update.delta
             delta.request_id = running.name
+            running.note_reused(update.reused_blocks)
             if running.top_logprobs and update.logits is not None and delta.token_ids:
                 delta.logprobs, delta.top_logprobs = top_alternatives(update.logits, delta.token_ids, running.top_logprobs)
             if running.cut_at_end_token(delta) and not update.final:
@@ -177,6 +200,7 @@ class TrtllmBackend:
                 del self._ids[running.name]
             elif not delta.token_ids:
                 continue
+            running.report_cached(delta, self._tokens_per_block)
             deltas.append(delta)
         if deltas:
             self._outputs.step(deltas)

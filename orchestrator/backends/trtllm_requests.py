@@ -62,6 +62,8 @@ class RequestBuilder:
     - logit_bias is the request's `embedding_bias`: a float32 tensor over the model's vocabulary added to the
       logits (the LLM API passes the same keyword), built only for requests that ask.
     - top_logprobs asks for generation logits (the engine must be built to gather them).
+    - Every request asks for perf metrics: a copy of a small struct per result, read for the cached prompt
+      tokens (`usage.prompt_tokens_details.cached_tokens`).
     """
 
     def __init__(self, trtllm: ModuleType, manifest: EngineManifest, tokenizer: Tokenizer, vocab_size: int):
@@ -84,6 +86,7 @@ class RequestBuilder:
             exclude_input_from_output=True,
             return_log_probs=request.logprobs,
             return_generation_logits=request.top_logprobs > 0,
+            return_perf_metrics=True,  # every result then says how many prompt blocks came from the prefix cache
         )
         return trtllm.Request(
             list(request.prompt_ids),

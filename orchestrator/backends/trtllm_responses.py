@@ -7,6 +7,10 @@ batch it gets (every request's output of one or more engine steps) to the worker
 Finish reasons: END_ID and STOP_WORDS -> stop; LENGTH -> length; CANCELLED -> cancelled. TIMED_OUT (a
 request's allotted time ran out) -> length: like max_tokens it is a budget that cut the answer short, and
 the client keeps what was streamed. Inferno sets no allotted time, so it is not expected.
+
+Cached prompt tokens: every request asks for perf metrics, so every result carries the request's
+`kv_cache_metrics.num_reused_blocks`, counted once, when its first context chunk was scheduled (reference:
+the facts table's "perf metrics" and "prefix reuse" facts). `cached_prompt_tokens` turns that into tokens.
 """
 
 from __future__ import annotations
@@ -37,10 +41,14 @@ class Update:
     delta: TokenDelta
     final: bool
     logits: object | None = None
+    reused_blocks: int | None = None  # the request's prompt blocks found in the prefix cache, where reported
 
 
 class ResponseReader:
-    """Reads Responses into Updates. Only the tokens new since the last response are in a streaming result."""
+    """Reads Responses into Updates. Only the tokens new since the last response are in a streaming result.
+
+    The reused blocks are read from a request's first result only: every result carries the same count, and
+    reading the perf metrics makes a Python copy of them. Called from the response thread alone."""
 
     def __init__(self, trtllm: ModuleType, eos_token_ids: tuple[int, ...]):
         reasons = trtllm.FinishReason
@@ -52,10 +60,27 @@ class ResponseReader:
             reasons.CANCELLED: FinishReason.CANCELLED,
         }
         self._eos = frozenset(eos_token_ids)
+        self._counted: set[int] = set()  # requests whose reused blocks were read, until their final result
+
+    def _reused_blocks(self, request_id: int, result) -> int | None:
+        """kv_cache_metrics.num_reused_blocks on the request's first result; None on the others, and when the
+        result carries no perf metrics."""
+        if result.is_final:
+            first = request_id not in self._counted
+            self._counted.discard(request_id)
+            if not first:
+                return None
+        elif request_id in self._counted:
+            return None
+        else:
+            self._counted.add(request_id)
+        metrics = result.request_perf_metrics
+        return None if metrics is None else int(metrics.kv_cache_metrics.num_reused_blocks)
 
     def read(self, response) -> Update:
         request_id = response.request_id
         if response.has_error():  # `result` would raise; an error ends the request
+            self._counted.discard(request_id)
             error = request_error(response.error_msg)
             return Update(request_id, TokenDelta("", finish=FinishReason.ERROR, error=error), True)
         result = response.result
@@ -63,8 +88,9 @@ class ResponseReader:
         tokens = list(beams[0]) if beams else []  # one beam: beam_width is 1
         logprobs = _last_logprobs(result.log_probs, len(tokens))
         logits = _step_logits(result.generation_logits, len(tokens))
+        reused = self._reused_blocks(request_id, result)
         if not result.is_final:
-            return Update(request_id, TokenDelta("", tokens, logprobs=logprobs), False, logits)
+            return Update(request_id, TokenDelta("", tokens, logprobs=logprobs), False, logits, reused)
         reasons = result.finish_reasons
         finish = self._finish.get(reasons[0]) if reasons else None
         if finish is None:  # NOT_FINISHED in a final result: judge by the last token
@@ -73,7 +99,18 @@ class ResponseReader:
             while tokens and tokens[-1] in self._eos:  # an end token ends the text, it is not part of it
                 tokens.pop()
             logprobs = logprobs[: len(tokens)] if logprobs is not None else None
-        return Update(request_id, TokenDelta("", tokens, finish, logprobs=logprobs), True, logits)
+        return Update(request_id, TokenDelta("", tokens, finish, logprobs=logprobs), True, logits, reused)
+
+
+def cached_prompt_tokens(reused_blocks: int, tokens_per_block: int, prompt_len: int) -> int:
+    """The prompt tokens a request took from the prefix cache, from the blocks TensorRT-LLM says it reused.
+
+    The engine always computes a prompt's last token again (it reuses at most prompt_len - 1 tokens), so the
+    count stops there: a prompt seen before in full reports prompt_len - 1. With partial reuse (on by
+    default), the last reused block may have matched on only some of its tokens and still counts as a whole
+    block, so where two prompts part in the middle of a block this says up to tokens_per_block - 1 more than
+    the engine really reused; where they part at a block boundary it is exact."""
+    return max(0, min(reused_blocks * tokens_per_block, prompt_len - 1))
 
 
 def request_error(message: str) -> InfernoError:

@@ -51,8 +51,8 @@ def _bound_generation(body: dict, path: str) -> None:
         value = body.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > MAX_NEW_TOKENS:
             body[key] = MAX_NEW_TOKENS
-    if path.endswith("completions") and "max_tokens" not in body and "max_completion_tokens" not in body:
-        body["max_tokens"] = MAX_NEW_TOKENS
+    if path.endswith("completions") and body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
+        body["max_tokens"] = MAX_NEW_TOKENS  # null is no limit: a chat would run to the end of the context
 
 
 def is_openai_error(value) -> bool:

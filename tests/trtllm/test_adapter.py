@@ -15,14 +15,14 @@ from tokenizers import Tokenizer
 
 from orchestrator.backends.options import parse_options
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
-from orchestrator.backends.trtllm import TrtllmBackend
+from orchestrator.backends.trtllm import TrtllmBackend, _Running
 from orchestrator.backends.trtllm_config import FREE_MEMORY_CAP, build_executor_config
 from orchestrator.backends.trtllm_requests import RequestBuilder, engine_priority
-from orchestrator.backends.trtllm_responses import ResponseReader
+from orchestrator.backends.trtllm_responses import ResponseReader, cached_prompt_tokens
 from orchestrator.backends.trtllm_runtime import Runtime, check_engine_matches_runtime, load_runtime
 from orchestrator.backends.trtllm_stats import IterationStatsReader
 from orchestrator.engine.manifest import load_manifest
-from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
+from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
 from orchestrator.errors import BackendUnavailable, EngineError, ModelUnavailable, QueueFull
 from orchestrator.visible_gpus import Gpu
 from tests.fakes.nvml import FakeGpu, FakeNvml
@@ -178,6 +178,11 @@ def test_penalties_min_p_and_logit_bias_reach_the_engine(builder):
     assert builder.build(EngineRequest("r", (5,), 9)).embedding_bias is None
 
 
+def test_every_request_asks_for_perf_metrics(builder):
+    """They carry the count of prompt blocks found in the prefix cache (usage's cached_tokens)."""
+    assert builder.build(EngineRequest("r", (5,), 9)).output_config.return_perf_metrics is True
+
+
 def test_top_logprobs_ask_for_generation_logits(builder):
     assert builder.build(EngineRequest("r", (5,), 9, logprobs=True, top_logprobs=3)).output_config.return_generation_logits
     assert not builder.build(EngineRequest("r", (5,), 9, logprobs=True)).output_config.return_generation_logits
@@ -192,11 +197,14 @@ def test_priority_keeps_the_order_inside_the_engines_range():
 
 
 # -- responses --------------------------------------------------------------------------------------------------
-def response(trt, tokens, final=False, reason="NOT_FINISHED", log_probs=None, error=None):
+def response(trt, tokens, final=False, reason="NOT_FINISHED", log_probs=None, error=None, reused_blocks=None):
     result = trt.Result()
     result.is_final, result.output_token_ids = final, [list(tokens)]
     result.finish_reasons = [trt.FinishReason[reason]]
     result.log_probs = log_probs
+    if reused_blocks is not None:
+        result.request_perf_metrics = trt.RequestPerfMetrics()
+        result.request_perf_metrics.kv_cache_metrics.num_reused_blocks = reused_blocks
     return trt.Response(3, error) if error else trt.Response(3, result)
 
 
@@ -225,6 +233,61 @@ def test_responses_become_token_deltas(trt):
 def test_finish_reasons_map_to_the_protocol(trt, reason, tokens, finish, kept):
     update = ResponseReader(trt, (2, 0)).read(response(trt, tokens, final=True, reason=reason))
     assert (update.final, update.delta.finish, update.delta.token_ids) == (True, finish, kept)
+
+
+# -- cached prompt tokens ---------------------------------------------------------------------------------------
+def test_a_requests_first_result_gives_the_reused_blocks_and_none_means_unknown(trt):
+    reader = ResponseReader(trt, (2, 0))
+    stream = [response(trt, [11], reused_blocks=3), response(trt, [12], reused_blocks=3),
+              response(trt, [13], final=True, reason="LENGTH", reused_blocks=3)]
+    assert [reader.read(r).reused_blocks for r in stream] == [3, None, None]  # read once per request
+    assert reader.read(response(trt, [11], final=True, reason="LENGTH", reused_blocks=0)).reused_blocks == 0
+    assert reader.read(response(trt, [11])).reused_blocks is None  # no perf metrics: unknown, not 0
+    reader.read(response(trt, [], error="the engine broke"))  # an error ends the request too
+    assert reader._counted == set()
+
+
+@pytest.mark.parametrize(("reused", "prompt_len", "cached"), [
+    (0, 70, 0),
+    (1, 70, 32),
+    (2, 70, 64),
+    (3, 70, 69),  # every block: all but the last prompt token, which the engine always computes again
+    (2, 64, 63),
+    (2, 65, 64),
+    (1, 1, 0),
+])
+def test_cached_prompt_tokens_are_reused_blocks_up_to_all_but_the_last_prompt_token(reused, prompt_len, cached):
+    assert cached_prompt_tokens(reused, 32, prompt_len) == cached
+
+
+def test_the_cached_tokens_go_once_on_the_first_delta_sent_after_the_count():
+    running = _Running("r", EngineRequest("r", tuple(range(100, 170)), 8), frozenset())
+    deltas = [TokenDelta("r", [token]) for token in (1, 2, 3)]
+    running.report_cached(deltas[0], 32)  # no count yet (a result without perf metrics): nothing said
+    running.note_reused(2)  # from a result whose delta was not sent
+    running.note_reused(None)
+    running.report_cached(deltas[1], 32)
+    running.report_cached(deltas[2], 32)
+    assert [d.cached_tokens for d in deltas] == [None, 64, None]
+
+
+def test_a_prompt_seen_before_reports_its_cached_tokens_on_its_first_delta(trt, runtime, engines):
+    """Through the backend on the double's prefix reuse (tokens_per_block 32): a new prompt 0; the same prompt
+    again all but its last token; a prompt sharing 40 tokens two blocks, the second matched on 8 tokens only."""
+    prompt = tuple(range(300, 370))
+
+    async def life():
+        backend = TrtllmBackend(settings_for(engines / "one-gpu"), runtime)
+        streams = await started(backend)
+        cached = {}
+        for name, ids in (("new", prompt), ("again", prompt), ("shares", prompt[:40] + tuple(range(500, 530)))):
+            deltas = await drain(streams.stream(EngineRequest(name, ids, 4)))
+            cached[name] = [d.cached_tokens for d in deltas]
+        await backend.close()
+        return cached
+
+    cached = run(life())
+    assert cached == {"new": [0, None, None, None], "again": [69, None, None, None], "shares": [64, None, None, None]}
 
 
 # -- stats ------------------------------------------------------------------------------------------------------

@@ -158,6 +158,44 @@ def test_concurrent_streams_all_complete(trt_server):
     assert len(texts) == 8 and len(set(texts)) == 1 and texts[0]  # greedy, same prompt: one answer
 
 
+# -- cached prompt tokens ---------------------------------------------------------------------------------------
+LEDGER = ("Ledger of the lighthouse keeper on the northern cape, kept through the winter of the great storms. "
+          "Each entry records the wind, the sea, the ships that passed, the state of the lamp and the oil burned. ") * 4
+
+
+def _shared_prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def test_a_shared_prompt_prefix_is_reported_as_cached_tokens(client, trt_server):
+    """The engine's prefix cache, through usage.prompt_tokens_details.cached_tokens: none for a new prompt; for
+    one that shares a long prefix with it, whole blocks of that prefix (the last one possibly matched only in
+    part); for a prompt seen before in full, all but its last token, which the engine always computes again."""
+    first_prompt = LEDGER + "Which entry tells of the worst storm?"
+    second_prompt = LEDGER + "Name the ship that passed on the longest night, the cargo it carried and its port."
+    encode = PromptEncoder(trt_server.folder).encode_text
+    shared = _shared_prefix(encode(first_prompt), encode(second_prompt))
+    config = json.loads((trt_server.folder / "config.json").read_text())
+    block = config["build_config"]["plugin_config"]["tokens_per_block"]
+    assert shared >= 3 * block  # the test's premise: a prefix of several blocks
+
+    first = client.completions.create(model=trt_server.model, prompt=first_prompt, temperature=0, max_tokens=4)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+
+    chunks = list(client.completions.create(model=trt_server.model, prompt=second_prompt, temperature=0,
+                                            max_tokens=4, stream=True, stream_options={"include_usage": True}))
+    usage = chunks[-1].usage
+    cached = usage.prompt_tokens_details.cached_tokens
+    whole_blocks = -(-shared // block) * block
+    assert whole_blocks < usage.prompt_tokens - 1  # the test's premise: the prompts part well before the end
+    assert shared // block * block <= cached <= whole_blocks
+    if trt_server.double:  # partial reuse: the block the prompts part in counts whole
+        assert cached == whole_blocks and cached % block == 0
+
+    again = client.completions.create(model=trt_server.model, prompt=second_prompt, temperature=0, max_tokens=4)
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+
+
 # -- log probabilities ------------------------------------------------------------------------------------------
 def test_chat_logprobs_cover_every_token_of_the_answer(client, trt_server):
     reply = client.chat.completions.create(

@@ -55,6 +55,8 @@ def test_the_reference_is_parsed(reference):
     """Guards the parser: a reference it misreads would make every other check here pass or fail for nothing."""
     assert {"Executor", "ExecutorConfig", "KvCacheConfig", "Request", "FinishReason", "IterationStats"} <= reference.names
     assert {"max_gpu_total_bytes", "enable_chunked_context", "iter_latency_ms", "gpu_mem_usage"} <= reference.names
+    assert {"RequestPerfMetrics", "KvCacheMetrics", "num_reused_blocks", "return_perf_metrics"} <= reference.names
+    assert {"perf metrics", "prefix reuse"} <= {fact.topic for fact in reference.facts}
     assert "max_gpu_total_byte" not in reference.names and "priority_value" not in reference.names
     assert reference.request_positional == ("input_token_ids", "max_tokens")
     assert reference.sampling_positional == ("beam_width",)
@@ -154,6 +156,7 @@ def test_the_adapter_uses_only_names_in_the_reference(reference, double, default
     recorder = Recorder()
     _drive_the_adapter(recorder.wrap(double), default_engine, tmp_path)
     assert {"ExecutorConfig", "KvCacheConfig", "await_responses", "get_latest_iteration_stats"} <= recorder.names
+    assert {"return_perf_metrics", "request_perf_metrics", "kv_cache_metrics", "num_reused_blocks"} <= recorder.names
     unknown = sorted(recorder.names - reference.names)
     assert not unknown, f"the adapter uses names the TensorRT-LLM 1.2 reference does not list: {unknown}"
 

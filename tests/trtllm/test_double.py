@@ -106,6 +106,95 @@ def test_log_probs_cover_every_token_generated_so_far(trt, executor):
     assert all(p < 0 for p in responses[-1].result.log_probs[0])
 
 
+# -- perf metrics and prefix reuse -----------------------------------------------------------------------------
+BLOCK = 32  # the test engine's tokens_per_block
+LONG = list(range(1000, 1064))  # two blocks
+
+
+def with_perf(trt, prompt, max_tokens=2, **kwargs):
+    output = trt.OutputConfig(exclude_input_from_output=True, return_perf_metrics=True)
+    return request(trt, prompt, max_tokens, output_config=output, **kwargs)
+
+
+def kv_metrics(executor, req):
+    """The kv_cache_metrics of a request's first result (they do not change after it)."""
+    return collect(executor, executor.enqueue_request(req))[0].result.request_perf_metrics.kv_cache_metrics
+
+
+def test_perf_metrics_come_on_every_result_only_when_asked(trt, executor):
+    asked = collect(executor, executor.enqueue_request(with_perf(trt, PROMPT, max_tokens=3)))
+    metrics = [r.result.request_perf_metrics for r in asked]
+    assert len(metrics) == 3 and all(isinstance(m, trt.RequestPerfMetrics) for m in metrics)
+    assert len({id(m) for m in metrics}) == 3  # each result holds its own copy
+    assert [m.last_iter is None for m in metrics] == [True, True, False]  # set when the request finishes
+    assert metrics[0].first_iter == metrics[-1].first_iter and metrics[-1].last_iter == metrics[-1].iter
+    timing = metrics[-1].timing_metrics
+    assert timing.arrival_time <= timing.first_scheduled_time <= timing.first_token_time <= timing.last_token_time
+    kv = metrics[0].kv_cache_metrics
+    assert (kv.num_reused_blocks, kv.num_missed_blocks, kv.kv_cache_hit_rate) == (0, 1, 0.0)  # 5 tokens: 1 block
+    plain = collect(executor, executor.enqueue_request(request(trt, PROMPT, max_tokens=2)))
+    assert all(r.result.request_perf_metrics is None for r in plain)
+
+
+def test_a_prompt_seen_before_reuses_every_block_but_never_its_last_token(trt, executor):
+    first = kv_metrics(executor, with_perf(trt, LONG))
+    assert (first.num_reused_blocks, first.num_missed_blocks, first.num_total_allocated_blocks) == (0, 2, 2)
+    again = kv_metrics(executor, with_perf(trt, LONG))  # 63 tokens matched: a full block, then 31 of the next
+    assert (again.num_reused_blocks, again.num_missed_blocks, again.kv_cache_hit_rate) == (2, 0, 1.0)
+    one_more = kv_metrics(executor, with_perf(trt, LONG[:BLOCK + 1]))  # its last token alone in the second block
+    assert (one_more.num_reused_blocks, one_more.num_missed_blocks) == (1, 1)
+
+
+def test_a_partly_matching_block_counts_as_reused_and_ends_the_match(trt, executor):
+    kv_metrics(executor, with_perf(trt, LONG))
+    shares_40 = kv_metrics(executor, with_perf(trt, LONG[:40] + list(range(2000, 2024))))
+    assert (shares_40.num_reused_blocks, shares_40.num_missed_blocks) == (2, 0)  # the second block on 8 tokens
+    shares_32 = kv_metrics(executor, with_perf(trt, LONG[:BLOCK] + list(range(3000, 3032))))
+    assert (shares_32.num_reused_blocks, shares_32.num_missed_blocks) == (1, 1)
+
+
+def test_without_partial_reuse_only_whole_blocks_match(trt, folder):
+    kv = trt.KvCacheConfig(enable_partial_reuse=False)
+    with trt.Executor(folder, trt.ModelType.DECODER_ONLY, trt.ExecutorConfig(kv_cache_config=kv)) as executor:
+        kv_metrics(executor, with_perf(trt, LONG))
+        shares_40 = kv_metrics(executor, with_perf(trt, LONG[:40] + list(range(2000, 2024))))
+        assert (shares_40.num_reused_blocks, shares_40.num_missed_blocks) == (1, 1)
+
+
+def test_without_block_reuse_nothing_is_reused_or_missed(trt, folder):
+    kv = trt.KvCacheConfig(enable_block_reuse=False)
+    with trt.Executor(folder, trt.ModelType.DECODER_ONLY, trt.ExecutorConfig(kv_cache_config=kv)) as executor:
+        kv_metrics(executor, with_perf(trt, LONG))
+        again = kv_metrics(executor, with_perf(trt, LONG))
+        assert (again.num_reused_blocks, again.num_missed_blocks, again.num_total_allocated_blocks) == (0, 0, 2)
+
+
+def test_requests_computed_in_the_same_step_do_not_reuse_each_other(trt, executor):
+    ids = executor.enqueue_requests([with_perf(trt, LONG), with_perf(trt, LONG)])
+    firsts = {}
+    while len(firsts) < 2:
+        for response in executor.await_responses(timeout=WAIT):
+            firsts.setdefault(response.request_id, response.result.request_perf_metrics.kv_cache_metrics)
+    assert [firsts[i].num_reused_blocks for i in ids] == [0, 0]  # blocks become reusable once a context is done
+    for i in ids:
+        executor.cancel_request(i)
+
+
+def test_a_running_requests_context_blocks_are_reusable_before_it_ends(trt, executor):
+    running = executor.enqueue_request(with_perf(trt, LONG, max_tokens=10_000))
+    executor.await_responses(running, timeout=WAIT)  # its context phase is done
+    later = kv_metrics(executor, with_perf(trt, LONG))
+    assert later.num_reused_blocks >= 1  # the full first block at least, stored after the context phase
+    executor.cancel_request(running)
+    collect(executor, running)
+
+
+def test_copy_on_partial_reuse_off_is_refused_by_the_double(trt, folder):
+    kv = trt.KvCacheConfig(copy_on_partial_reuse=False)
+    with pytest.raises(RuntimeError, match="copy_on_partial_reuse"):
+        trt.Executor(folder, trt.ModelType.DECODER_ONLY, trt.ExecutorConfig(kv_cache_config=kv))
+
+
 # -- errors, cancellation ---------------------------------------------------------------------------------------
 def test_an_invalid_request_gets_an_error_response(trt, executor):
     [response] = collect(executor, executor.enqueue_request(request(trt, prompt=list(range(100)))))

@@ -12,12 +12,13 @@ import math
 import sys
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tensorrt_llm.bindings._guided import GuidedVocabulary
+from tensorrt_llm.bindings._perf import PerfRecord, now
+from tensorrt_llm.bindings._prefix import PrefixCache
 
 STEP_S = 0.005  # what one engine step (one token for every running request) takes
 FREE_BYTES_AFTER_LOAD = 80 * 2**30  # the GPU memory the double pretends is free once the engine is loaded
@@ -98,7 +99,8 @@ class Sequence:
     logits: list = field(default_factory=list)  # per generated token not yet streamed: its logits row
     probs: list[float] = field(default_factory=list)
     sent: int = 0  # generated tokens already streamed
-    blocks_known: int = 0
+    perf: PerfRecord | None = None  # when the request asked for perf metrics
+    context_done: bool = False  # its first step (the context phase) has run
 
     def step(self) -> str | None:
         """Generate one token; the finish reason's name if that ended the sequence."""
@@ -178,10 +180,10 @@ class Engine:
         self._max_batch = min(config.max_batch_size or self.facts.max_batch_size, self.facts.max_batch_size)
         self._max_queue = config.max_queue_size
         self._stats_kept = config.iter_stats_max_iterations
-        self._reuse = config.kv_cache_config.enable_block_reuse
         self._gather_logits = config.gather_generation_logits
         self._guided = GuidedVocabulary(config.guided_decoding_config) if config.guided_decoding_config else None
         self.max_blocks = self._size_kv_cache(config.kv_cache_config)
+        self._prefix = self._prefix_cache(config.kv_cache_config)
         self._cond = threading.Condition()
         self._wake = threading.Event()
         self._queue: list[tuple[int, object]] = []
@@ -191,7 +193,7 @@ class Engine:
         self._cancelled: set[int] = set()
         self._terminated: set[int] = set()
         self.finish_reasons: dict[int, str] = {}  # how each request ended (for tests of draining)
-        self._cached_blocks: OrderedDict[int, None] = OrderedDict()
+        self._arrivals: dict[int, object] = {}  # queued request id -> when it arrived (steady clock)
         self._counters = {"reused_blocks": 0, "missed_blocks": 0, "alloc_total_blocks": 0, "alloc_new_blocks": 0}
         self._next_id = 1
         self._iter = 0
@@ -210,6 +212,12 @@ class Engine:
         elif self.facts.world_size > 1:  # LEADER: every rank runs this program under MPI; here there is one
             raise RuntimeError("With communicationMode kLEADER, MPI worldSize is expected to be equal to tp*pp*cp "
                                f"({self.facts.world_size}) when participantIds are not specified")
+
+    def _prefix_cache(self, kv) -> PrefixCache:
+        if kv.enable_block_reuse and kv.enable_partial_reuse and not kv.copy_on_partial_reuse:
+            raise RuntimeError("the test double does not model copy_on_partial_reuse=False (reference counts)")
+        return PrefixCache(self.facts.tokens_per_block, self.max_blocks, reuse=kv.enable_block_reuse,
+                           partial=kv.enable_partial_reuse)
 
     def _size_kv_cache(self, kv) -> int:
         """The smaller of max_tokens and the free-memory fraction (0.9 when None). max_gpu_total_bytes is not read
@@ -232,6 +240,7 @@ class Engine:
             for request in requests:
                 ids.append(self._next_id)
                 self._queue.append((self._next_id, request))
+                self._arrivals[self._next_id] = now()
                 self._next_id += 1
             self._queue.sort(key=lambda item: -item[1]._priority_value)  # stable: FIFO within a priority
             self._cond.notify_all()
@@ -307,6 +316,7 @@ class Engine:
         responses, admitted = [], 0
         while self._queue and len(self._active) < self._max_batch:
             request_id, request = self._queue.pop(0)
+            arrived = self._arrivals.pop(request_id)
             try:
                 sequence = self._sequence(request_id, request)
             except GrammarFailure as exc:  # reaches the executor's catch-all: every active request fails
@@ -319,7 +329,7 @@ class Engine:
                 error = f"Encountered an error when fetching new request: {exc}"
                 responses.append(self._make_response(request_id, error=error))
                 continue
-            self._count_block_reuse(sequence.prompt)
+            self._allocate_kv_cache(sequence, arrived, request.output_config.return_perf_metrics)
             self._active.append(sequence)
             admitted += 1
         return responses, admitted
@@ -386,11 +396,15 @@ class Engine:
         for sequence in self._active:
             if sequence.id in self._cancelled:
                 self._cancelled.discard(sequence.id)
+                self._took_step(sequence, finished=True)
                 responses.append(self._make_response(sequence.id, reason="CANCELLED", final=True,
-                                                     decoding_iter=len(sequence.generated)))
+                                                     decoding_iter=len(sequence.generated),
+                                                     perf_metrics=sequence.perf and sequence.perf.metrics()))
                 finished += 1
                 continue
+            self._store_new_block(sequence)
             reason = sequence.step()
+            self._took_step(sequence, finished=reason is not None)
             response = self._respond(sequence, reason)
             if response is not None:
                 responses.append(response)
@@ -415,24 +429,38 @@ class Engine:
         log_probs = list(sequence.probs) if sequence.log_probs else None  # every generated token so far
         logits = sequence.logits_tensor(len(tokens)) if sequence.logits_vocab and tokens and sequence.streaming else None
         return self._make_response(sequence.id, tokens=tokens, reason=reason, final=final, log_probs=log_probs,
-                                   decoding_iter=len(sequence.generated), generation_logits=logits)
+                                   decoding_iter=len(sequence.generated), generation_logits=logits,
+                                   perf_metrics=sequence.perf and sequence.perf.metrics())
 
     # -- the KV cache and stats ----------------------------------------------------------------------------------
-    def _count_block_reuse(self, prompt: list[int]) -> None:
-        size = self.facts.tokens_per_block
-        for end in range(size, len(prompt) + 1, size):
-            key = hash(tuple(prompt[:end]))
-            self._counters["alloc_total_blocks"] += 1
-            if self._reuse and key in self._cached_blocks:
-                self._counters["reused_blocks"] += 1
-                self._cached_blocks.move_to_end(key)
-                continue
-            self._counters["missed_blocks"] += 1
-            self._counters["alloc_new_blocks"] += 1
-            if self._reuse:
-                self._cached_blocks[key] = None
-                while len(self._cached_blocks) > self.max_blocks:
-                    self._cached_blocks.popitem(last=False)
+    def _allocate_kv_cache(self, sequence: Sequence, arrived, wants_perf: bool) -> None:
+        """When the request's first context chunk is scheduled: its context blocks, found in the prefix cache or
+        missed, counted for the iteration stats and, where it asked, its perf metrics."""
+        reuse = self._prefix.match(sequence.prompt)
+        counters = self._counters
+        counters["reused_blocks"] += reuse.reused
+        counters["missed_blocks"] += reuse.missed
+        counters["alloc_total_blocks"] += reuse.allocated
+        counters["alloc_new_blocks"] += reuse.allocated
+        if wants_perf:
+            sequence.perf = PerfRecord(arrived, reuse=reuse)
+
+    def _store_new_block(self, sequence: Sequence) -> None:
+        """Before a generation step: the block the generated tokens just filled becomes reusable."""
+        tokens = sequence.prompt + sequence.generated
+        if sequence.context_done and (len(tokens) - 1) % self._prefix.tokens_per_block == 0:
+            self._prefix.store(tokens, partial=False)
+
+    def _took_step(self, sequence: Sequence, finished: bool) -> None:
+        """After a step: the context's full blocks become reusable once it is computed, and every block of the
+        sequence, the partial last one included, when it ends."""
+        if not sequence.context_done:
+            sequence.context_done = True
+            self._prefix.store(sequence.prompt, partial=False)
+        if finished:
+            self._prefix.store(sequence.prompt + sequence.generated, partial=True)
+        if sequence.perf is not None:
+            sequence.perf.on_step(self._iter, finished)
 
     def _used_blocks(self) -> int:
         size = self.facts.tokens_per_block

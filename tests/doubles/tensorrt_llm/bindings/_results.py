@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from tensorrt_llm.bindings._types import bind_overload as _bind_overload
 
@@ -29,9 +30,55 @@ class Result:
         self.decoding_iter = 0
         self.avg_decoded_tokens_per_iter = 1.0
         self.context_phase_params = None
-        self.request_perf_metrics = None
+        self.request_perf_metrics: RequestPerfMetrics | None = None  # only when asked for
         self.additional_outputs: list = []
         self.spec_dec_fast_logits_info = None
+
+
+class TimingMetrics:
+    """When a request arrived, was first scheduled, and got its first and last token (steady-clock times, as
+    durations since the clock's epoch), and its KV cache transfer's (disaggregated serving only: zero here)."""
+
+    __slots__ = ("arrival_time", "first_scheduled_time", "first_token_time", "kv_cache_size",
+                 "kv_cache_transfer_end", "kv_cache_transfer_start", "last_token_time")
+
+    def __init__(self):
+        for name in self.__slots__:
+            setattr(self, name, 0 if name == "kv_cache_size" else timedelta(0))
+
+
+class KvCacheMetrics:
+    """A request's context blocks: allocated, newly allocated, reused from the prefix cache, missed."""
+
+    __slots__ = ("kv_cache_hit_rate", "num_missed_blocks", "num_new_allocated_blocks", "num_reused_blocks",
+                 "num_total_allocated_blocks")
+
+    def __init__(self):
+        for name in self.__slots__:
+            setattr(self, name, 0.0 if name == "kv_cache_hit_rate" else 0)
+
+
+class SpeculativeDecodingMetrics:
+    __slots__ = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
+
+    def __init__(self):
+        self.acceptance_rate = 0.0
+        self.total_accepted_draft_tokens = 0
+        self.total_draft_tokens = 0
+
+
+class RequestPerfMetrics:
+    """What a result carries when its request asked for OutputConfig(return_perf_metrics=True)."""
+
+    __slots__ = ("first_iter", "iter", "kv_cache_metrics", "last_iter", "speculative_decoding", "timing_metrics")
+
+    def __init__(self):
+        self.timing_metrics = TimingMetrics()
+        self.kv_cache_metrics = KvCacheMetrics()
+        self.speculative_decoding = SpeculativeDecodingMetrics()
+        self.first_iter: int | None = None
+        self.last_iter: int | None = None
+        self.iter: int | None = None
 
 
 class Response:

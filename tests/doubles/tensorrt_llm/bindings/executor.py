@@ -13,7 +13,10 @@ keyword-only rules and behaviours that Inferno's TensorRT-LLM 1.2 facts table do
   since the last response; `has_error()` is a method, `error_msg` and `result` raise in the wrong state;
   `cancel_request` still produces a final response (CANCELLED); `get_latest_iteration_stats()` drains its
   buffer (an entry per step, plus one when the batch runs empty); after `shutdown()` the executor takes no
-  requests and its methods raise.
+  requests and its methods raise;
+- prefix reuse (with enable_block_reuse, partial reuse included) as the 1.2 KV cache manager does it, in
+  tensorrt_llm/bindings/_prefix.py; a request with OutputConfig(return_perf_metrics=True) gets a
+  RequestPerfMetrics on every result, whose kv_cache_metrics count its context blocks reused and missed.
 
 How it generates tokens (its "model", in tensorrt_llm/bindings/_engine.py): it repeats the prompt. Token k
 of the answer is prompt[(offset + k) % len(prompt)], offset 0 for greedy requests (top_k 1, or top_p 0 /
@@ -43,9 +46,13 @@ from tensorrt_llm.bindings import _engine
 from tensorrt_llm.bindings._results import (
     InflightBatchingStats,
     IterationStats,
+    KvCacheMetrics,
     KvCacheStats,
+    RequestPerfMetrics,
     Response,
     Result,
+    SpeculativeDecodingMetrics,
+    TimingMetrics,
 )
 from tensorrt_llm.bindings._types import Field as _Field
 from tensorrt_llm.bindings._types import bind_overload as _bind_overload
@@ -65,16 +72,20 @@ __all__ = [
     "InflightBatchingStats",
     "IterationStats",
     "KvCacheConfig",
+    "KvCacheMetrics",
     "KvCacheStats",
     "ModelType",
     "OrchestratorConfig",
     "OutputConfig",
     "ParallelConfig",
     "Request",
+    "RequestPerfMetrics",
     "Response",
     "Result",
     "SamplingConfig",
     "SchedulerConfig",
+    "SpeculativeDecodingMetrics",
+    "TimingMetrics",
 ]
 
 
@@ -498,7 +509,7 @@ class Executor:
 
     @staticmethod
     def _make_response(request_id: int, *, error: str | None = None, tokens=(), reason=None, final=False,
-                       log_probs=None, decoding_iter=0, generation_logits=None) -> Response:
+                       log_probs=None, decoding_iter=0, generation_logits=None, perf_metrics=None) -> Response:
         if error is not None:
             return Response(request_id, error)
         result = Result()
@@ -510,6 +521,7 @@ class Executor:
             result.cum_log_probs = [sum(log_probs)]
         result.decoding_iter = decoding_iter
         result.generation_logits = generation_logits
+        result.request_perf_metrics = perf_metrics
         return Response(request_id, result)
 
     @staticmethod
