@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import importlib.util
 import json
 import subprocess
 import sys
@@ -66,7 +67,10 @@ def test_the_table_has_every_series_and_the_files_are_written(soak):
     assert sum(phase == "traffic" for phase in phases) >= 9  # enough for thirds
     idle = [s["servers"]["sim"] for s in report["samples"] if s["phase"] in ("baseline", "quiet")]
     assert all(server["in_flight"] == 0 and server["tasks"] > 0 for server in idle)  # read from /metrics
-    assert {f.suffix for f in files} == {".json", ".md", ".png"}
+    # The plot is drawn where matplotlib is installed (`make soak` installs it; `make test` does not), else noted.
+    drawn = importlib.util.find_spec("matplotlib") is not None
+    assert {f.suffix for f in files} == ({".json", ".md", ".png"} if drawn else {".json", ".md"})
+    assert (report.get("plot") is not None) == drawn
     table = next(f for f in files if f.suffix == ".md").read_text()
     assert "nothing grew without bound" in table and table.count("| sim |") >= 7
     for name in ("RSS MiB", "open fds", "threads", "asyncio tasks"):
