@@ -26,6 +26,8 @@ LLAMA_LIB := $(LLAMA_BUILD)/bin/libllama.so
 LLAMA_SERVER := $(LLAMA_BUILD)/bin/llama-server
 LLAMA_CMAKE_ARGS ?=
 NINJA := $(shell command -v ninja 2>/dev/null)
+# cmake from the system, else from PyPI into the venv (as pip's own build of llama-cpp-python would do).
+CMAKE := $(or $(shell command -v cmake 2>/dev/null),$(BIN)/cmake)
 
 .PHONY: setup serve test test-clients clients bench bench-llamacpp soak build-engine default-engine llama-server lint clean
 
@@ -125,17 +127,20 @@ $(LLAMA_SRC)/vendor/llama.cpp/CMakeLists.txt: | $(BIN)/python
 	touch $@
 
 # Shared libraries that find each other beside themselves ($$ORIGIN), wherever they are copied.
-$(LLAMA_BUILD)/CMakeCache.txt: $(LLAMA_SRC)/vendor/llama.cpp/CMakeLists.txt
-	cmake -S $(LLAMA_SRC)/vendor/llama.cpp -B $(LLAMA_BUILD) $(if $(NINJA),-G Ninja) -DCMAKE_BUILD_TYPE=Release \
+$(BIN)/cmake: | $(BIN)/python
+	$(BIN)/pip install --quiet --disable-pip-version-check 'cmake>=3.21'
+
+$(LLAMA_BUILD)/CMakeCache.txt: $(LLAMA_SRC)/vendor/llama.cpp/CMakeLists.txt | $(CMAKE)
+	$(CMAKE) -S $(LLAMA_SRC)/vendor/llama.cpp -B $(LLAMA_BUILD) $(if $(NINJA),-G Ninja) -DCMAKE_BUILD_TYPE=Release \
 		-DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
 		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
 		$(LLAMA_CMAKE_ARGS)
 
 $(LLAMA_LIB): $(LLAMA_BUILD)/CMakeCache.txt
-	cmake --build $(LLAMA_BUILD) --target llama --parallel
+	$(CMAKE) --build $(LLAMA_BUILD) --target llama --parallel
 
 $(LLAMA_SERVER): $(LLAMA_BUILD)/CMakeCache.txt
-	cmake --build $(LLAMA_BUILD) --target llama-server --parallel
+	$(CMAKE) --build $(LLAMA_BUILD) --target llama-server --parallel
 
 # Inferno's llamacpp backend against llama-server on the same GGUF file and workload; JSON in bench/results/.
 bench-llamacpp: setup $(LLAMA_SERVER)
