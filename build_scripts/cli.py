@@ -114,16 +114,22 @@ def make_plan(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, en
 
 @contextlib.contextmanager
 def _terminate_as_interrupt():
-    """SIGTERM cleans up like Ctrl-C: the temporary folders go, the engine folder stays as it was."""
+    """SIGTERM cleans up like Ctrl-C: the temporary folders go, the engine folder stays as it was. Either signal
+    is also remembered (runner.INTERRUPTED), so one that a library swallows while a step runs (a bare `except`
+    in an import) still stops the build when that step returns."""
+    from build_scripts.runner import INTERRUPTED
 
     def interrupt(signum, frame):
+        INTERRUPTED.set()
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    INTERRUPTED.clear()
+    previous = {number: signal.signal(number, interrupt) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _refusal(plan: Plan, problems: tuple[str, ...]) -> str:

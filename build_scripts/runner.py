@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from orchestrator.engine.manifest import MANIFEST_FILE
 
 LOG_FILE = "build.log"
 LOG_TAIL_LINES = 25
+# Set by the CLI's Ctrl-C / SIGTERM handler: checked after each step, in case the step's code swallowed the signal.
+INTERRUPTED = threading.Event()
 
 
 class StepFailed(Exception):
@@ -118,6 +121,8 @@ def run_plan(plan: Plan) -> Path:
                 with output_into(log_path):
                     step.action(ctx)
             _say(f"      done in {time.monotonic() - step_started:.1f} s")
+            if INTERRUPTED.is_set():  # a Ctrl-C or SIGTERM that the step's own code swallowed
+                raise KeyboardInterrupt
         _make_readable(workdir)
         _move_into_place(workdir, plan.output)
     except BaseException:
