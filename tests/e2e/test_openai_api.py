@@ -239,10 +239,11 @@ def test_user_field_is_accepted(client):
     assert reply.choices[0].message.content
 
 
-def test_sixteen_concurrent_streams_all_complete(server):
+def sixteen_streams(server, messages: list[dict], **extra) -> list[tuple[str, str | None]]:
+    """Sixteen greedy chat streams of `messages` at once: each one's (text, finish_reason)."""
     async def one(client):
         stream = await client.chat.completions.create(
-            model=DEFAULT_MODEL, messages=CAPITAL, temperature=0, max_tokens=32, stream=True
+            model=DEFAULT_MODEL, messages=messages, temperature=0, stream=True, **extra
         )
         text, finish = "", None
         async for chunk in stream:
@@ -254,7 +255,11 @@ def test_sixteen_concurrent_streams_all_complete(server):
         client = openai.AsyncOpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=120)
         return await asyncio.gather(*(one(client) for _ in range(16)))
 
-    results = asyncio.run(burst())
+    return asyncio.run(burst())
+
+
+def test_sixteen_concurrent_streams_all_complete(server):
+    results = sixteen_streams(server, CAPITAL, max_tokens=32)
     assert len(results) == 16
     assert all(finish == "stop" for _, finish in results)
     assert all("Paris" in text for text, _ in results)

@@ -26,8 +26,10 @@ def worker_pids(server) -> list[int]:
     return [m["pid"] for m in models if m["name"] == DEFAULT_MODEL and m["pid"] is not None]
 
 
-def test_killed_worker_fails_its_stream_with_an_error_event_then_reloads(server):
-    client = openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=60)
+def kill_worker_mid_stream(server, client) -> tuple[int, openai.APIError, float]:
+    """Loads the model (whatever ran before), starts a long stream, SIGKILLs the worker at its third chunk:
+    (the killed pid, the error the stream ended with, seconds from the kill to that error)."""
+    client.completions.create(model=DEFAULT_MODEL, prompt="Hi", max_tokens=1)
     [pid] = worker_pids(server)
     stream = client.chat.completions.create(model=DEFAULT_MODEL, messages=STORY, max_tokens=4000, stream=True)
     received = 0
@@ -37,7 +39,12 @@ def test_killed_worker_fails_its_stream_with_an_error_event_then_reloads(server)
             if received == 3:
                 killed_at = time.monotonic()
                 os.kill(pid, signal.SIGKILL)
-    failed_after = time.monotonic() - killed_at
+    return pid, caught, time.monotonic() - killed_at
+
+
+def test_killed_worker_fails_its_stream_with_an_error_event_then_reloads(server):
+    client = openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=60)
+    pid, caught, failed_after = kill_worker_mid_stream(server, client)
     assert failed_after < 1.0, f"the stream failed {failed_after:.2f} s after the worker died"
     assert "exited" in str(caught.value) and "SIGKILL" in str(caught.value)
     wait_for(lambda: metric(server.base_url, "inferno_requests_running", model=DEFAULT_MODEL) == 0)

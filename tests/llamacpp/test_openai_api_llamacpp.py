@@ -5,9 +5,7 @@ France?" ("Paris", then the end token): SmolLM2's Q4_1 file computed by llama.cp
 not stop (a plain llama.cpp decode loop gives the same tokens: it is the quantised model, not the backend).
 Those are replaced below by the same checks on a question this model answers and ends."""
 
-import asyncio
 
-import openai
 
 from tests.conftest import DEFAULT_MODEL
 from tests.e2e import test_openai_api as suite
@@ -49,19 +47,7 @@ def test_text_completion_streams_to_length(client):
 
 
 def test_sixteen_concurrent_streams_all_complete_alike(server):
-    async def one(client):
-        stream = await client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, temperature=0, stream=True)
-        text, finish = "", None
-        async for chunk in stream:
-            text += chunk.choices[0].delta.content or ""
-            finish = chunk.choices[0].finish_reason or finish
-        return text, finish
-
-    async def burst():
-        client = openai.AsyncOpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=120)
-        return await asyncio.gather(*(one(client) for _ in range(16)))
-
-    results = asyncio.run(burst())
+    results = suite.sixteen_streams(server, HI)
     assert all(finish == "stop" for _, finish in results)
     assert len({text for text, _ in results}) == 1  # same prompt, greedy: the same answer in one batch
 
