@@ -63,6 +63,12 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _settled(values: list[float]) -> float | None:
+    """A quiet period's value: its lowest sample. A connection the client has just closed can still be open
+    on the server's side in the first sample of the period; a leaked fd or a task left behind is in every one."""
+    return min(values) if values else None
+
+
 def _thirds(values: list[float]) -> list[float | None]:
     third = len(values) // 3
     if not third:
@@ -75,8 +81,8 @@ def judge_series(samples: list[dict], server: str, role: str, pid: int, metric: 
     unit = UNITS[metric]
     times, values = series(samples, server, pid, metric, "traffic")
     growth = judge_growth(times, values, tolerance, unit)
-    baseline = _median(series(samples, server, pid, metric, "baseline")[1])
-    end = _median(series(samples, server, pid, metric, "quiet")[1])
+    baseline = _settled(series(samples, server, pid, metric, "baseline")[1])
+    end = _settled(series(samples, server, pid, metric, "quiet")[1])
     returned = None
     if slack is not None:
         returned = (judge_return(baseline, end, slack, unit) if baseline is not None and end is not None else None)

@@ -77,17 +77,24 @@ def test_the_table_has_every_series_and_the_files_are_written(soak):
         assert name in result.stdout
 
 
+def http_of(sample: dict) -> dict:
+    return next(p for p in sample["servers"]["sim"]["processes"] if p["role"] == "http")
+
+
 def test_the_verdict_catches_a_leak_added_to_the_runs_own_samples(soak):
     report, _, _ = soak
     leaking = copy.deepcopy(report["samples"])
     traffic = [s for s in leaking if s["phase"] == "traffic"]
     for index, sample in enumerate(traffic):
-        http = next(p for p in sample["servers"]["sim"]["processes"] if p["role"] == "http")
+        http = http_of(sample)
         http["rss_bytes"] += index * 3 * MiB  # 3 MiB a sample: well past 20 MiB over the last two thirds
         sample["servers"]["sim"]["tasks"] += index  # a task left behind by every sample's worth of requests
+    idle_fds = max(http_of(s)["fds"] for s in leaking if s["phase"] == "baseline")
+    for sample in (s for s in leaking if s["phase"] == "quiet"):
+        http_of(sample)["fds"] = idle_fds + 1  # one connection still held in every sample once traffic stopped
     judged = verdict(leaking, {"sim": ["sim-hot"]})
     failed = {(row["process"], row["metric"]) for row in judged["rows"] if not row["passed"]}
-    assert failed == {("http", "rss_bytes"), ("http", "tasks")} and not judged["passed"]
+    assert failed == {("http", "rss_bytes"), ("http", "tasks"), ("http", "fds")} and not judged["passed"]
 
 
 def test_a_run_cancelled_twice_while_its_server_starts_stops_that_server(sim_engine_dir, tmp_path, monkeypatch):
