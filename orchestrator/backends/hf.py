@@ -75,13 +75,36 @@ class _StepRouter:
 class _Live:
     """What the backend keeps per running request."""
 
-    __slots__ = ("compiling", "eos", "logprobs", "sent")
+    __slots__ = ("cached", "compiling", "eos", "logprobs", "sent")
 
     def __init__(self, eos: frozenset[int], logprobs: bool):
         self.eos = eos  # the tokens that end this request (end tokens unless ignored, plus its stop tokens)
         self.logprobs = logprobs
         self.sent = 0  # generated tokens already delivered
         self.compiling: asyncio.Task | None = None  # its grammar compiling, before it joins the batch
+        # Prompt tokens found in the prefix cache: 0 until the cache says otherwise; None once reported.
+        self.cached: int | None = 0
+
+
+class _PrefixMatches:
+    """Stands in for the paged cache's `search_prefix_match` (transformers 5.23, cache.py), which the manager's
+    scheduler calls on its thread when a waiting request is first scheduled and which returns how many of its
+    prompt tokens were found in shared blocks: the count is kept on the request's `_Live` (so nothing outlives
+    the request) for its first delta to carry as `cached_tokens`, and the blocks are counted for the stats."""
+
+    def __init__(self, search, live: dict[str, _Live], tokens_per_block: int):
+        self._search = search
+        self._live = live
+        self._tokens_per_block = tokens_per_block
+        self.blocks = 0  # shared blocks found since the model was loaded
+
+    def __call__(self, request_id: str, prompt_ids: list[int]) -> int:
+        matched = self._search(request_id, prompt_ids)
+        self.blocks += matched // self._tokens_per_block
+        live = self._live.get(request_id)
+        if live is not None and live.cached is not None:
+            live.cached = matched
+        return matched
 
 
 class HfBackend:
@@ -97,6 +120,7 @@ class HfBackend:
         self._grammar_lock = threading.Lock()
         self._dead = False
         self._kv_blocks = 0
+        self._prefix: _PrefixMatches | None = None
 
     async def start(self, outputs: EngineOutputs) -> LoadReport:
         device = await asyncio.to_thread(self._load)
@@ -105,6 +129,9 @@ class HfBackend:
         self._manager.output_router = _StepRouter(asyncio.get_running_loop(), self._on_outputs)
         self._manager.start()
         await self._warm_up(warm_up)
+        cache = self._manager.batch_processor.cache  # made on the generation thread before the warm-up ran
+        self._prefix = _PrefixMatches(cache.search_prefix_match, self._live, self._manifest.kv_cache.tokens_per_block)
+        cache.search_prefix_match = self._prefix
         self._outputs = outputs
         return LoadReport(
             device=device,
@@ -272,6 +299,7 @@ class HfBackend:
                         delta.logprobs, delta.top_logprobs = delta.logprobs[: len(new)], delta.top_logprobs[: len(new)]
             elif not new:
                 continue
+            delta.cached_tokens, live.cached = live.cached, None  # once, on the first delta sent
             deltas.append(delta)
         if deltas:
             self._outputs.step(deltas)
@@ -302,6 +330,7 @@ class HfBackend:
             kv_blocks_used=cache.num_blocks - free,
             tokens_per_block=self._manifest.kv_cache.tokens_per_block,
             iterations=getattr(manager, "current_batch", 0),
+            kv_blocks_reused=self._prefix.blocks if self._prefix else 0,
         )
 
     async def close(self) -> None:

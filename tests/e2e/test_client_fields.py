@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+import uuid
 
 import openai
 import pytest
 
-from tests.conftest import DEFAULT_MODEL
+from tests.conftest import DEFAULT_MODEL, metric
 
 pytestmark = pytest.mark.e2e
 
@@ -244,3 +245,43 @@ def test_benchmark_clients_bodies_get_exactly_max_tokens(server, client_name, pa
     status, raw = post(server, path, body)
     assert status == 200, f"{client_name}: {raw[:300]!r}"
     assert _streamed_completion_tokens(raw) == 24
+
+
+# -- the prefix cache ---------------------------------------------------------------------------------------------
+LEDGER = ("Ledger of the lighthouse keeper on the northern cape, kept through the winter of the great storms. "
+          "Each entry records the wind, the sea, the ships that passed, the state of the lamp and the oil burned. ") * 6
+
+
+def test_a_shared_prompt_prefix_is_reported_as_cached_tokens(server, client, default_engine):
+    """usage.prompt_tokens_details.cached_tokens from the engine's shared blocks: none for a new prompt; for one
+    that shares a long prefix with it, the whole blocks of that prefix; for a prompt seen before in full, its
+    whole blocks but never its last token, which the engine always computes again."""
+    nonce = f"Entry {uuid.uuid4().hex}. "  # a prefix no earlier request of this server has shared
+    first_prompt = nonce + LEDGER + "Which entry tells of the worst storm?"
+    second_prompt = nonce + LEDGER + ("Name the ship that passed on the longest night, the cargo it carried, the port "
+                                      "it sailed from, the wind it met, and whether the keeper's lamp showed it the "
+                                      "rocks in time; then say how much oil burned that night and who kept the watch.")
+    first_ids, second_ids = (json.loads(post(server, "/tokenize", {"model": DEFAULT_MODEL, "prompt": p})[1])["tokens"]
+                             for p in (first_prompt, second_prompt))
+    shared = next(i for i, (a, b) in enumerate(zip(first_ids, second_ids, strict=False)) if a != b)
+    block = json.loads((default_engine / "engine.json").read_text())["kv_cache"]["tokens_per_block"]
+    # the test's premise: several blocks shared, and the prompts part at least one whole block before the end
+    assert shared >= 3 * block and shared // block < (len(second_ids) - 1) // block
+
+    reused_before = metric(server.base_url, "inferno_kv_cache_reused_blocks_total", model=DEFAULT_MODEL)
+    # Each request goes on past its first token: transformers 5.23 registers a prompt's blocks for sharing only
+    # then (a request that ends on its first token leaves none behind; docs/api.md says so).
+    go_on = {"ignore_eos": True}
+    first = client.completions.create(model=DEFAULT_MODEL, prompt=first_prompt, temperature=0, max_tokens=4,
+                                      extra_body=go_on)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+
+    chunks = list(client.completions.create(model=DEFAULT_MODEL, prompt=second_prompt, temperature=0, max_tokens=4,
+                                            stream=True, stream_options={"include_usage": True}, extra_body=go_on))
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == shared // block * block
+
+    again = client.completions.create(model=DEFAULT_MODEL, prompt=second_prompt, temperature=0, max_tokens=4,
+                                      extra_body=go_on)
+    assert again.usage.prompt_tokens_details.cached_tokens == (len(second_ids) - 1) // block * block
+    reused = metric(server.base_url, "inferno_kv_cache_reused_blocks_total", model=DEFAULT_MODEL) - reused_before
+    assert reused == shared // block + (len(second_ids) - 1) // block
