@@ -5,22 +5,41 @@ from __future__ import annotations
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
+from orchestrator.text.byte_level import ByteLevelPieces
+
 
 class IncrementalDetokenizer:
     """Text for each batch of new tokens, exactly once.
 
     A character split across tokens (a multi-byte UTF-8 sequence, a byte-fallback run) comes out whole
     with the token that completes it; tokenizers' DecodeStream holds the partial bytes meanwhile.
+
+    With `pieces` (a byte-level tokenizer's table, text/byte_level.py) the same text comes from the tokens'
+    bytes, the way DecodeStream makes it for such a decoder: the bytes not yet emitted are decoded (invalid
+    ones replaced), and held back while their text ends in U+FFFD (a character not complete yet).
     """
 
-    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True):
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True, pieces: ByteLevelPieces | None = None):
         self._tokenizer = tokenizer
-        self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
+        self._skip_special = skip_special_tokens
+        self._pieces = pieces
+        self._stream = DecodeStream(skip_special_tokens=skip_special_tokens) if pieces is None else None
+        self._held = b""
 
     def push(self, token_ids: list[int]) -> str:
         if not token_ids:
             return ""
-        return self._stream.step(self._tokenizer, token_ids) or ""
+        if self._pieces is None:
+            return self._stream.step(self._tokenizer, token_ids) or ""
+        data = self._pieces.join(token_ids, self._skip_special)
+        if self._held:
+            data = self._held + data
+        text = data.decode("utf-8", "replace")
+        if text[-1:] == "\ufffd":
+            self._held = data
+            return ""
+        self._held = b""
+        return text
 
 
 class StopMatcher:

@@ -31,6 +31,7 @@ from orchestrator.engine.manifest import ChatFormat, load_manifest
 from orchestrator.engine.request import EngineRequest, TokenDelta, check_request
 from orchestrator.errors import EngineDead, EngineError, InfernoError, OutOfMemory
 from orchestrator.structured.tool_formats import tool_format
+from orchestrator.text.byte_level import ByteLevelPieces
 from orchestrator.worker.channels import OutputChannels
 from orchestrator.worker.ipc import Channel, ChannelClosed
 from orchestrator.worker.messages import (
@@ -67,6 +68,7 @@ class Worker:
         self._backend = backend
         self._tokenizer = tokenizer
         self._texts = TokenTexts(tokenizer)
+        self._pieces = ByteLevelPieces(tokenizer) if ByteLevelPieces.serves(tokenizer) else None
         self._vocab_size = vocab_size
         self._live: dict[str, SequenceOutput] = {}
         self.engine_dead = asyncio.Event()
@@ -121,7 +123,8 @@ class Worker:
         try:
             check_request(request, self._vocab_size)
             self._backend.submit(request)  # delivers nothing before this turn of the event loop ends
-            self._live[request.id] = SequenceOutput(request, self._tokenizer, self._texts, self._channels(request))
+            self._live[request.id] = SequenceOutput(request, self._tokenizer, self._texts, self._channels(request),
+                                                      self._pieces)
         except Exception as exc:
             error = exc if isinstance(exc, InfernoError) else EngineError(f"the engine refused the request: {exc}")
             if not isinstance(exc, InfernoError):

@@ -10,6 +10,7 @@ from tokenizers import Tokenizer
 
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.errors import EngineError, to_wire
+from orchestrator.text.byte_level import ByteLevelPieces
 from orchestrator.text.detokenizer import IncrementalDetokenizer, StopMatcher
 from orchestrator.worker.channels import OutputChannels
 from orchestrator.worker.messages import TextDelta
@@ -39,10 +40,11 @@ class SequenceOutput:
                  "request_id", "stopped")
 
     def __init__(self, request: EngineRequest, tokenizer: Tokenizer, texts: TokenTexts,
-                 channels: OutputChannels | None = None):
+                 channels: OutputChannels | None = None, pieces: ByteLevelPieces | None = None):
+        """`pieces`: the worker's byte-level table where its tokenizer has one (faster detokenising)."""
         self.request_id = request.id
         self._texts = texts
-        self._detokenizer = IncrementalDetokenizer(tokenizer, skip_special_tokens=channels is None)
+        self._detokenizer = IncrementalDetokenizer(tokenizer, skip_special_tokens=channels is None, pieces=pieces)
         self._stops = StopMatcher(request.stop, include=request.include_stop_str_in_output)
         self._channels = channels
         self._min_tokens = request.min_tokens

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from tokenizers import Tokenizer
 
+from orchestrator.text.byte_level import ByteLevelPieces
 from orchestrator.text.detokenizer import IncrementalDetokenizer, StopMatcher
 
 
@@ -85,3 +88,52 @@ def test_only_the_needed_suffix_is_held():
     matcher = StopMatcher(("abcdef",))
     assert matcher.push("xxabc") == ("xx", False)
     assert matcher.push("dxx") == ("abcdxx", False)
+
+
+# -- the byte-level table gives DecodeStream's text, step for step --------------------------------------------------
+SAMPLES = [
+    "Café 🎉 naïve 日本語 done", "emoji 👩‍👩‍👧 family, Zürich 🚗", "  leading spaces\n\ttabs and\r\nnewlines  ",
+    "def f(x):\n    return {'a': [1, 2.5e-3]}  # code", "Ελληνικά, русский, العربية, עברית, हिन्दी, 한국어",
+]
+
+
+def steps_of(ids: list[int], rng) -> list[list[int]]:
+    """The ids cut into steps of one to four tokens, as an engine might deliver them."""
+    steps, at = [], 0
+    while at < len(ids):
+        size = rng.randint(1, 4)
+        steps.append(ids[at : at + size])
+        at += size
+    return steps
+
+
+def both_ways(tokenizer, steps: list[list[int]], skip_special_tokens: bool) -> tuple[list[str], list[str]]:
+    reference = IncrementalDetokenizer(tokenizer, skip_special_tokens)
+    table = IncrementalDetokenizer(tokenizer, skip_special_tokens, pieces=ByteLevelPieces(tokenizer))
+    return [reference.push(step) for step in steps], [table.push(step) for step in steps]
+
+
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+def test_the_byte_level_table_gives_decode_streams_text_step_for_step(tokenizer, skip_special_tokens):
+    assert ByteLevelPieces.serves(tokenizer)
+    rng = random.Random(7)
+    specials = [tokenizer.token_to_id(t) for t in ("<|im_start|>", "<|im_end|>", "<|endoftext|>")]
+    for text in SAMPLES:
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        for _ in range(20):
+            mixed = list(ids)
+            for special in specials:
+                mixed.insert(rng.randrange(len(mixed) + 1), special)
+            reference, table = both_ways(tokenizer, steps_of(mixed, rng), skip_special_tokens)
+            assert table == reference
+
+
+def test_the_byte_level_table_matches_on_random_tokens_and_broken_characters(tokenizer):
+    """Any ids at all, so lone continuation bytes and cut characters (invalid UTF-8) come up too."""
+    rng = random.Random(11)
+    vocab = tokenizer.get_vocab_size()
+    byte_tokens = [tokenizer.token_to_id(char) for char in ("Ã", "©", "ð", "Ł", "¤", "Ģ", "ĸ")]
+    for _ in range(300):
+        ids = [rng.choice(byte_tokens) if rng.random() < 0.4 else rng.randrange(vocab) for _ in range(rng.randint(1, 30))]
+        reference, table = both_ways(tokenizer, steps_of(ids, rng), skip_special_tokens=True)
+        assert table == reference, ids
