@@ -50,7 +50,9 @@ class WorkerConfig(_Section):
 class SchedulingConfig(_Section):
     """Admission and placement; per-model settings (--model-settings) override the per-model ones."""
 
-    max_concurrency: int = Field(64, ge=1, description="requests running at once per model (at most its batch size)")
+    max_concurrency: int | None = Field(
+        None, ge=1, description="requests running at once per model (default, and at most: its engine's batch size)"
+    )
     max_queue: int = Field(256, ge=0, description="requests waiting per model before 429")
     queue_timeout_s: float = Field(60.0, gt=0, description="longest wait for a running slot or a load before 503")
     max_running_total: int = Field(

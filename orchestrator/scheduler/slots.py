@@ -138,11 +138,12 @@ def build_slots(config: ServerConfig, catalogue: Catalogue, now: float) -> dict[
     slots: dict[str, ModelSlot] = {}
     for name, engine in catalogue.engines.items():
         own = settings[name]
-        limit = own.max_concurrency or config.scheduling.max_concurrency
+        batch = engine.manifest.limits.max_batch_size
+        limit = own.max_concurrency or config.scheduling.max_concurrency or batch
         slots[name] = ModelSlot(
             engine=engine,
             settings=own,
-            max_concurrency=min(limit, engine.manifest.limits.max_batch_size),
+            max_concurrency=min(limit, batch),
             max_queue=own.max_queue if own.max_queue is not None else config.scheduling.max_queue,
             pinned=own.pinned,
             last_used=now,
