@@ -155,16 +155,17 @@ class ModelPlacement:
         (within the queue timeout); raises ModelUnavailable when it cannot."""
         deadline = self._clock() + self._config.scheduling.queue_timeout_s
         while True:
-            async with self._planning:
+            async with self._planning:  # held until the room made is reserved: no other load takes it
                 plan = policy.plan_load(need, self._ledger.free(), self._ledger.usable, self._residents())
+                while plan.placement is Placement.EVICT:
+                    log.info("evicting %s to load %s", ", ".join(plan.evict), slot.name)
+                    # Each victim stops taking requests now, in this turn of the loop, as the plan saw it idle.
+                    await asyncio.gather(*(self.start_unload(self._slots[n], "evicted") for n in plan.evict))
+                    plan = policy.plan_load(need, self._ledger.free(), self._ledger.usable, self._residents())
                 if plan.placement is Placement.LOAD:
                     self._ledger.reserve_for(slot.name, need)
                     slot.state = ModelState.LOADING
                     return
-                if plan.placement is Placement.EVICT:
-                    log.info("evicting %s to load %s", ", ".join(plan.evict), slot.name)
-                    await asyncio.gather(*(self.unload(self._slots[n], "evicted") for n in plan.evict))
-                    continue
                 capacity = self._capacity
             remaining = deadline - self._clock()
             if plan.placement is not Placement.WAIT or remaining <= 0:
@@ -207,18 +208,31 @@ class ModelPlacement:
             self.start_unload(slot, "idle")
 
     def start_unload(self, slot: ModelSlot, reason: str) -> asyncio.Task:
-        """Unload in a task of its own (one at a time per model); returns that task."""
+        """Unload in a task of its own (one at a time per model); returns that task. The model stops taking
+        requests at once (UNLOADING), not when the task first runs, and a load of it waits for the task."""
         if slot.unload_task is None or slot.unload_task.done():
-            slot.unload_task = asyncio.create_task(self.unload(slot, reason), name=f"unload-{slot.name}")
+            worker = self._begin_unload(slot)
+            slot.unload_task = asyncio.create_task(self._finish_unload(slot, worker, reason),
+                                                   name=f"unload-{slot.name}")
         return slot.unload_task
 
     async def unload(self, slot: ModelSlot, reason: str) -> None:
         """Stop the model's worker and return its memory; reason: evicted | idle | admin | shutdown."""
+        await self._finish_unload(slot, self._begin_unload(slot), reason)
+
+    def _begin_unload(self, slot: ModelSlot) -> WorkerHandle | None:
+        """The worker to stop (None when there is none, or another unload has it): from here on the model
+        takes no requests."""
         worker = slot.worker
         if worker is None or slot.state is ModelState.UNLOADING:
-            return
+            return None
         slot.cancel_idle_timer()
         slot.state = ModelState.UNLOADING
+        return worker
+
+    async def _finish_unload(self, slot: ModelSlot, worker: WorkerHandle | None, reason: str) -> None:
+        if worker is None:
+            return
         await worker.stop(self._config.worker.stop_timeout_s)
         freed = self._ledger.footprint(slot.name)
         self._ledger.release(slot.name)

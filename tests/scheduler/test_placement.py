@@ -118,3 +118,27 @@ def test_an_idle_model_is_unloaded_after_its_keep_alive(tmp_path):
         return events.log
 
     assert run_virtual(go()) == [("loaded", "alpha"), ("unloaded", "alpha", "idle")]
+
+
+def test_a_request_for_a_model_chosen_for_eviction_waits_for_it_to_load_again(tmp_path):
+    """The eviction is decided and the victim stops taking requests in one turn of the event loop: a request for
+    it that arrives right after the decision (before its worker is told to stop) is never handed to that worker,
+    it waits and is served by the model loaded again."""
+    async def go():
+        scheduler, workers, events = make_scheduler(tmp_path, {"alpha": 1, "beta": 1}, 1)
+        await served(scheduler, workers, "alpha")
+        beta = asyncio.create_task(serve(scheduler, inference_request("beta")))
+        while scheduler.slots["beta"].load_task is None:  # beta's load is decided on its next turn
+            await asyncio.sleep(0)
+        alpha = asyncio.create_task(serve(scheduler, inference_request("alpha")))
+        for _ in range(2):
+            worker, engine_request = await workers.next_submit()
+            worker.finish(engine_request.id)
+        results = await asyncio.gather(beta, alpha, return_exceptions=True)
+        return results, events.log, [w.stopped for w in workers.of("alpha")]
+
+    results, log, alpha_stopped = run_virtual(go())
+    assert [r.choices[0].error for r in results] == [None, None]
+    assert log == [("loaded", "alpha"), ("unloaded", "alpha", "evicted"), ("loaded", "beta"),
+                   ("unloaded", "beta", "evicted"), ("loaded", "alpha")]
+    assert alpha_stopped == [True, False]
