@@ -2,17 +2,17 @@
 
     python -m bench.llamacpp_compare --engine engines/smollm2-135m-gguf --llama-server .llama.cpp/build/bin/llama-server
 
-The workload: 32 chat prompts (bench/prompts.py), 64 output tokens each (ignore_eos forces all 64), greedy,
-streamed, at concurrency 1 and 16. llama-server runs with 16 slots, as many KV cells as Inferno's engine gets,
-the same threads, and its default prompt cache. Both are measured through their OpenAI endpoints with the same
-client; the results go to bench/results/llamacpp-compare-*.json. (Small on purpose: `inferno bench` can
-replace it.)
+The workload is `inferno bench`'s, sent to both servers the same way: 32 chat requests per level with seeded
+64-token prompts (counted with the engine's tokenizer and chat template), 64 output tokens each (`ignore_eos`
+forces all 64), greedy, streamed, at concurrency 1 and 16, after 2 warm-up requests. llama-server runs with 16
+slots, as many KV cells as Inferno's engine gets, the same threads, and its default prompt cache. Each
+server's processes are measured for CPU per token. The two `inferno bench` results and the ratios go to
+bench/results/llamacpp-compare-*.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
@@ -25,11 +25,6 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-import aiohttp
-
-from bench.__main__ import summarise
-from bench.loadgen import Timing, stream_one
-from bench.prompts import messages
 from orchestrator.backends.llamacpp import default_threads
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.launch import start_server
@@ -38,46 +33,17 @@ SLOTS = 16
 CELL_PADDING = 256
 
 
-def body(model: str, index: int, max_tokens: int) -> dict:
-    return {
-        "model": model,
-        "messages": messages(index),
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-
-
-async def run_level(api: str, model: str, concurrency: int, requests: int, max_tokens: int) -> dict:
-    indices = iter(range(requests))
-    timings: list[Timing] = []
-    connector = aiohttp.TCPConnector(limit=concurrency, force_close=True)  # llama-server closes after a stream
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=900)) as session:
-
-        async def client() -> None:
-            for index in indices:
-                timing = await stream_one(session, f"{api}/chat/completions", body(model, index, max_tokens))
-                if not timing.completion_tokens:  # no usage chunk: one streamed chunk per token
-                    timing.completion_tokens = len(timing.chunk_times)
-                timings.append(timing)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(concurrency)))
-        wall = time.perf_counter() - started
-    return summarise(concurrency, timings, wall)
-
-
-async def measure(api: str, model: str, levels: list[int], requests: int, max_tokens: int, label: str) -> list[dict]:
-    await run_level(api, model, 1, 2, max_tokens)  # warm-up
-    rows = []
-    for concurrency in levels:
-        row = await run_level(api, model, concurrency, requests, max_tokens)
-        rows.append(row)
-        print(f"  {label:<12} c={concurrency:<3} {row['output_tok_s']:>8} tok/s  ttft p50 {row['ttft_p50_s']} s  "
-              f"itl p50 {row['itl_p50_s']} p99 {row['itl_p99_s']}", flush=True)
-    return rows
+def measure(url: str, pid: int, engine: Path, args: argparse.Namespace, out: Path, label: str) -> dict:
+    """One `inferno bench` run against `url` (its server's process `pid`); returns its JSON result."""
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "orchestrator", "bench", "--url", url, "--server-pid", str(pid),
+               "--tokenizer", str(engine), "--endpoint", "chat", "--concurrency", args.levels,
+               "--requests", str(args.requests), "--isl", str(args.isl), "--osl", str(args.max_tokens),
+               "--warmup", "2", "--seed", "0", "--out", str(out), "--no-plot"]
+    print(f"{label}:", flush=True)
+    subprocess.run(command, check=True)
+    [result] = sorted(out.glob("bench-*.json"))
+    return json.loads(result.read_text())
 
 
 def free_port() -> int:
@@ -99,7 +65,7 @@ def start_llama_server(binary: Path, gguf: Path, cells: int, threads: int, log_p
         try:
             with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
                 if response.status == 200:
-                    return process, f"{base}/v1"
+                    return process, base
         except OSError:
             time.sleep(0.2)
     process.kill()
@@ -112,12 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llama-server", type=Path, default=Path(".llama.cpp/build/bin/llama-server"))
     parser.add_argument("--levels", default="1,16")
     parser.add_argument("--requests", type=int, default=32)
+    parser.add_argument("--isl", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=default_threads(os.cpu_count() or 1),
                         help="llama.cpp threads on both sides (default: the backend's, one core left free)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args(argv)
-    levels = [int(c) for c in args.levels.split(",")]
     manifest = load_manifest(args.engine)
     cells = manifest.kv_cache.default_budget_bytes // manifest.kv_cache.bytes_per_token // CELL_PADDING * CELL_PADDING
     threads = args.threads
@@ -125,33 +91,31 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg": os.getloadavg()},
         "engine": str(args.engine),
-        "workload": {"prompts": args.requests, "max_tokens": args.max_tokens, "ignore_eos": True, "greedy": True,
-                     "stream": True, "levels": levels},
         "llama_server": {"slots": SLOTS, "ctx_cells": cells, "threads": threads},
     }
     with tempfile.TemporaryDirectory(prefix="inferno-llamacpp-bench-") as tmp:
-        print("inferno (llamacpp backend):", flush=True)
         server = start_server(args.engine.parent, Path(tmp) / "inferno.log", "--models", args.engine.name,
                               "--worker.threads", str(threads))
         try:
-            report["inferno"] = asyncio.run(measure(server.api, args.engine.name, levels, args.requests,
-                                                    args.max_tokens, "inferno"))
+            report["inferno"] = measure(server.base_url, server.pid, args.engine, args, Path(tmp) / "inferno",
+                                        "inferno (llamacpp backend)")
         finally:
             server.stop()
-        print("llama-server:", flush=True)
-        process, api = start_llama_server(args.llama_server, args.engine / "model.gguf", cells, threads,
-                                          Path(tmp) / "llama-server.log")
+        process, base = start_llama_server(args.llama_server, args.engine / "model.gguf", cells, threads,
+                                           Path(tmp) / "llama-server.log")
         try:
-            report["llama_server_results"] = asyncio.run(measure(api, "model", levels, args.requests,
-                                                                 args.max_tokens, "llama-server"))
+            report["llama_server_results"] = measure(base, process.pid, args.engine, args,
+                                                     Path(tmp) / "llama-server", "llama-server")
         finally:
             process.terminate()
             process.wait(timeout=30)
     report["ratios"] = [
-        {"concurrency": i["concurrency"],
+        {"concurrency": i["load"]["concurrency"],
          "output_tok_s_inferno_over_llama_server": round(i["output_tok_s"] / s["output_tok_s"], 3),
-         "ttft_p50_inferno_over_llama_server": round(i["ttft_p50_s"] / s["ttft_p50_s"], 3)}
-        for i, s in zip(report["inferno"], report["llama_server_results"], strict=True)
+         "ttft_p50_inferno_over_llama_server": round(i["ttft_s"]["p50"] / s["ttft_s"]["p50"], 3),
+         "server_us_per_token": {"inferno": i["server_cpu"]["us_per_token"],
+                                 "llama_server": s["server_cpu"]["us_per_token"]}}
+        for i, s in zip(report["inferno"]["rows"], report["llama_server_results"]["rows"], strict=True)
     ]
     print(json.dumps(report["ratios"], indent=2))
     args.out.mkdir(parents=True, exist_ok=True)
