@@ -2,13 +2,8 @@
 
 One load per model, shared by every request waiting for it; room made by evicting idle models (least
 recently used first) or by waiting for busy ones to go idle, as `policy.plan_load` decides; unloads
-(evicted, idle past keep-alive, by hand, at shutdown); crashes and failed loads, with their backoff.
-Workers come from the `WorkerSource` it is given; it never starts a process itself.
-
-Recovering: a model whose worker crashed is `unloaded` at once (the next request loads it) unless crashes
-in a row call for a backoff, during which it is `failed` and requests get 503 with Retry-After; when the
-backoff is over it is `unloaded` again. A model whose load failed stays `failed` until the next attempt. A
-pinned model is loaded again by itself as soon as its backoff allows, retrying with the same backoff.
+(evicted, idle past keep-alive, by hand, at shutdown). Crashes and failed loads, with their backoff, are
+recovery.py's. Workers come from the `WorkerSource` it is given; it never starts a process itself.
 """
 
 from __future__ import annotations
@@ -26,6 +21,7 @@ from orchestrator.scheduler.admission import RETRY_AFTER_BUSY_S
 from orchestrator.scheduler.ledger import MemoryLedger
 from orchestrator.scheduler.observe import SchedulerEvents
 from orchestrator.scheduler.policy import Placement, Resident
+from orchestrator.scheduler.recovery import Recovery
 from orchestrator.scheduler.slots import ModelSlot, ModelState
 from orchestrator.worker.handle import WorkerHandle, WorkerSource
 from orchestrator.worker.messages import LoadSpec
@@ -57,8 +53,7 @@ class ModelPlacement:
         self._clock = clock
         self._planning = asyncio.Lock()  # one placement plan (and its evictions) at a time
         self._capacity = asyncio.Event()  # replaced on every notify: waiters hold the one they saw
-        self._reloading = True  # pinned models are loaded again after failures (not once the server drains)
-        self._reloads: set[asyncio.Task] = set()
+        self.recovery = Recovery(slots, ledger, events, clock, self.ensure_loaded, self._notify_capacity)
 
     async def preload(self, fit_others: bool) -> None:
         """Load pinned models, then (fit_others) every other model that fits without evicting. A model
@@ -74,18 +69,13 @@ class ModelPlacement:
                     await self.ensure_loaded(slot)
 
     def check_backoff(self, slot: ModelSlot) -> None:
-        """Raise ModelUnavailable (with Retry-After) while a failing model waits for its next attempt."""
-        wait = slot.retry_in(self._clock())
-        if slot.state is ModelState.FAILED and wait > 0:
-            raise ModelUnavailable(
-                f"model '{slot.name}' is failing ({slot.last_error}); the next attempt is in {wait:.0f} s",
-                retry_after_s=wait,
-            )
+        self.recovery.check_backoff(slot)
 
     def retry_after_s(self, slot: ModelSlot) -> float:
-        """What a request that failed with the model (its worker crashed, its load failed) should wait before
-        trying again: the backoff's rest, and at least a second (the reload takes that, at least)."""
-        return max(1.0, slot.retry_in(self._clock()))
+        return self.recovery.retry_after_s(slot)
+
+    def stop_reloading(self) -> None:
+        self.recovery.stop_reloading()
 
     def estimate(self, slot: ModelSlot) -> int:
         manifest = slot.engine.manifest
@@ -119,21 +109,21 @@ class ModelPlacement:
     async def _load(self, slot: ModelSlot) -> None:
         if slot.unload_task is not None and not slot.unload_task.done():
             await slot.unload_task  # an eviction of this model is finishing: load it afresh after
-        self.check_backoff(slot)
+        self.recovery.check_backoff(slot)
         slot.cancel_retry_timer()  # this is the retry
         await self._make_room(slot, self.estimate(slot))
         slot.state = ModelState.LOADING
         started = self._clock()
-        worker = await self._workers.take(slot.name, self._on_worker_exit)
+        worker = await self._workers.take(slot.name, self.recovery.worker_exited)
         try:
             ready = await worker.start(self._load_spec(slot), self._config.worker.load_timeout_s)
         except InfernoError as exc:
-            self._fail(slot, exc.message, load=True)
+            self.recovery.failed(slot, exc.message, load=True)
             self._workers.load_finished(succeeded=False)
             if not isinstance(exc, ModelUnavailable):
                 exc = ModelUnavailable(f"model '{slot.name}' failed to load: {exc.message}")
             if exc.retry_after_s is None:
-                exc.retry_after_s = self.retry_after_s(slot)
+                exc.retry_after_s = self.recovery.retry_after_s(slot)
             raise exc
         self._ledger.commit(slot.name, ready.pid, fallback=ready.rss_bytes, device_bytes=ready.load.device_bytes)
         slot.worker, slot.state, slot.last_error = worker, ModelState.READY, None
@@ -251,50 +241,3 @@ class ModelPlacement:
         for slot in self._slots.values():
             slot.cancel_idle_timer()
         await asyncio.gather(*(self.unload(slot, reason) for slot in self._slots.values()))
-
-    # -- failures -----------------------------------------------------------------------------------------
-    def _fail(self, slot: ModelSlot, message: str, load: bool) -> None:
-        """A failed load (the model is `failed` until its next attempt) or a crash (`unloaded`, or `failed`
-        while crashes in a row back off); a pinned model's reload is scheduled for when the backoff ends."""
-        self._ledger.release(slot.name)
-        slot.worker, slot.last_error = None, message
-        slot.consecutive_failures += 1
-        backoff = policy.backoff_s(slot.consecutive_failures)
-        slot.retry_at = self._clock() + backoff
-        slot.state = ModelState.FAILED if load or backoff > 0 else ModelState.UNLOADED
-        if load:
-            slot.load_failures += 1
-            log.error("model %s failed to load: %s", slot.name, message)
-        slot.cancel_retry_timer()
-        if backoff > 0 or slot.pinned:
-            slot.retry_timer = asyncio.get_running_loop().call_later(backoff, self._backoff_over, slot, load)
-        self._notify_capacity()
-
-    def _backoff_over(self, slot: ModelSlot, load_failed: bool) -> None:
-        slot.retry_timer = None
-        slot.retry_at = 0.0  # over, even if the loop's timer fired a hair before the deadline
-        if slot.state is ModelState.FAILED and not load_failed:
-            slot.state = ModelState.UNLOADED  # crashed: the next request loads it
-        if slot.pinned and self._reloading and slot.state in (ModelState.FAILED, ModelState.UNLOADED):
-            task = asyncio.create_task(self._reload(slot), name=f"reload-{slot.name}")
-            self._reloads.add(task)
-            task.add_done_callback(self._reloads.discard)
-
-    async def _reload(self, slot: ModelSlot) -> None:
-        """A pinned model, loaded again after a failure; a failure here schedules the next try."""
-        log.info("reloading pinned model %s after: %s", slot.name, slot.last_error)
-        with contextlib.suppress(InfernoError):
-            await self.ensure_loaded(slot)
-
-    def stop_reloading(self) -> None:
-        """The server drains: no more reloads of pinned models."""
-        self._reloading = False
-        for slot in self._slots.values():
-            slot.cancel_retry_timer()
-
-    def _on_worker_exit(self, model: str) -> None:
-        slot = self._slots[model]
-        if slot.state is ModelState.READY:  # not an unload we asked for: a crash; the next request reloads
-            slot.crashes += 1
-            self._fail(slot, "the worker process exited unexpectedly", load=False)
-            self._events.worker_crashed(model)
