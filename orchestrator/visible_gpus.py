@@ -1,8 +1,8 @@
 """The NVIDIA GPUs a process sees, in the order CUDA numbers them, read through NVML.
 
 CUDA_VISIBLE_DEVICES chooses them; NVML knows every GPU on the machine, by NVML index and UUID. The build
-(build_scripts/environment.py) and the trtllm backend (backends/trtllm_runtime.py) both list GPUs here, so both
-see what CUDA will: `cuda_visible_order` applies the variable as CUDA does (a pure function of the variable and
+(build_scripts/environment.py), the trtllm backend (backends/trtllm_runtime.py), the memory ledger's GPU probe
+(scheduler/ledger.py) and the benchmark's machine report all list GPUs here, so all see what CUDA will: `cuda_visible_order` applies the variable as CUDA does (a pure function of the variable and
 the machine's GPU UUIDs), `list_visible_gpus` reads the machine through NVML (nvidia-ml-py, imported lazily).
 
 How CUDA reads CUDA_VISIBLE_DEVICES (the CUDA C Programming Guide's environment variables, with the
@@ -108,20 +108,28 @@ def list_visible_gpus(visible: str | None) -> GpuListing:
         pynvml.nvmlShutdown()
 
 
-def _read_gpus(pynvml, visible: str | None) -> list[Gpu]:
+def visible_handles(pynvml, visible: str | None) -> list[tuple[object, str]]:
+    """(NVML handle, UUID) of each device CUDA_VISIBLE_DEVICES=`visible` leaves, in CUDA's order: the list's
+    position is the CUDA index. NVML must be initialised; a MIG device NVML does not find ends the list."""
     handles = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(pynvml.nvmlDeviceGetCount())]
     uuids = [_text(pynvml.nvmlDeviceGetUUID(handle)) for handle in handles]
-    gpus = []
+    visible_devices = []
     for device in cuda_visible_order(visible, uuids):
         if isinstance(device, int):
-            handle, uuid = handles[device], uuids[device]
-        else:
-            try:
-                handle, uuid = pynvml.nvmlDeviceGetHandleByUUID(device), device
-            except Exception as exc:  # pynvml.NVMLError_NotFound: the MIG device names nothing here
-                log.debug("CUDA_VISIBLE_DEVICES names %s, which NVML does not find (%s): the list ends there",
-                          device, exc)
-                break
+            visible_devices.append((handles[device], uuids[device]))
+            continue
+        try:
+            visible_devices.append((pynvml.nvmlDeviceGetHandleByUUID(device), device))
+        except Exception as exc:  # pynvml.NVMLError_NotFound: the MIG device names nothing here
+            log.debug("CUDA_VISIBLE_DEVICES names %s, which NVML does not find (%s): the list ends there",
+                      device, exc)
+            break
+    return visible_devices
+
+
+def _read_gpus(pynvml, visible: str | None) -> list[Gpu]:
+    gpus = []
+    for handle, uuid in visible_handles(pynvml, visible):
         major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
         memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total
         gpus.append(Gpu(len(gpus), _text(pynvml.nvmlDeviceGetName(handle)), major, minor, memory, uuid))

@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 
 import orchestrator
+from orchestrator.visible_gpus import list_visible_gpus
 
 PACKAGES = ("aiohttp", "uvloop", "orjson", "tokenizers", "torch", "transformers", "tensorrt_llm")
 
@@ -39,16 +40,8 @@ def machine() -> dict:
 
 
 def _gpus() -> list[str]:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no NVML, no driver, no GPU: all mean "none seen"
-        return []
+    """The names of the GPUs this process sees, in CUDA's order (none without NVML, a driver or a GPU)."""
+    return [gpu.name for gpu in list_visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")).gpus]
 
 
 def versions() -> dict:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import psutil
+
+from orchestrator.visible_gpus import visible_handles
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +61,11 @@ class HostProbe:
 
 
 class NvmlProbe:
-    """One NVIDIA GPU, through NVML (nvidia-ml-py)."""
+    """One NVIDIA GPU, through NVML (nvidia-ml-py), by its NVML handle."""
 
-    def __init__(self, index: int):
-        import pynvml
-
+    def __init__(self, pynvml, handle, index: int):
         self._nvml = pynvml
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self._handle = handle
         self.name = f"cuda:{index}"
 
     def read(self) -> DeviceReading:
@@ -82,18 +83,23 @@ class NvmlProbe:
 
 
 def detect_probe(device: str, index: int = 0) -> DeviceProbe:
-    """The GPU when NVML sees one and models are not forced onto the CPU, else the host."""
+    """The GPU CUDA numbers `index` in this process (CUDA_VISIBLE_DEVICES applied as CUDA applies it, so the
+    index means the GPU the workers' CUDA calls index) when NVML sees it and models are not forced onto the
+    CPU, else the host."""
     if device == "cpu":
         return HostProbe()
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        if pynvml.nvmlDeviceGetCount() > index:
-            return NvmlProbe(index)
+        devices = visible_handles(pynvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if index < len(devices):
+            return NvmlProbe(pynvml, devices[index][0], index)
+        problem = f"{len(devices)} visible GPU(s), none with CUDA index {index}"
     except Exception as exc:  # no driver, no library, no device
-        if device == "cuda":
-            log.warning("no NVIDIA GPU visible through NVML (%s): accounting memory on the host", exc)
+        problem = str(exc)
+    if device == "cuda":
+        log.warning("no NVIDIA GPU visible through NVML (%s): accounting memory on the host", problem)
     return HostProbe()
 
 

@@ -1,5 +1,5 @@
 """Stands in for nvidia-ml-py's `pynvml` (there is no NVIDIA driver here): a machine with the given GPUs, answering
-the NVML calls orchestrator/visible_gpus.py makes, with NVML's own shapes (a MIG device is found by its UUID)."""
+the NVML calls orchestrator/visible_gpus.py (and the memory ledger's probe) makes, with NVML's own shapes (a MIG device is found by its UUID)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,11 @@ class FakeGpu:
 @dataclass(frozen=True)
 class _Memory:
     total: int
+    used: int = 0
+
+    @property
+    def free(self) -> int:
+        return self.total - self.used
 
 
 class FakeNvml:

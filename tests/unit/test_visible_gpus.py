@@ -8,6 +8,8 @@ import sys
 import pytest
 
 from build_scripts.environment import list_gpus
+from orchestrator.bench.report import machine
+from orchestrator.scheduler.ledger import HostProbe, NvmlProbe, detect_probe
 from orchestrator.visible_gpus import Gpu, cuda_visible_order, list_visible_gpus
 from tests.fakes.nvml import FakeGpu, FakeNvml
 
@@ -95,3 +97,19 @@ def test_without_nvml_there_are_no_gpus_and_the_reason_says_why(monkeypatch, nvm
     monkeypatch.setitem(sys.modules, "pynvml", None)  # the module itself is missing
     assert list_visible_gpus("0") == list_visible_gpus(None)
     assert list_visible_gpus("0").problem == "nvidia-ml-py is not installed"
+
+
+def test_the_memory_ledger_probes_the_gpu_cuda_numbers_with_its_index(nvml, monkeypatch):
+    """--memory.gpu-index counts as CUDA does: the first GPU CUDA_VISIBLE_DEVICES names is index 0."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-e2c4f6a0-77b1,1")
+    first, second = detect_probe("auto", 0), detect_probe("auto", 1)
+    assert isinstance(first, NvmlProbe) and first.read().total_bytes == 48 * 2**30  # the L40S, NVML's 3
+    assert isinstance(second, NvmlProbe) and second.read().total_bytes == 80 * 2**30  # the A100, NVML's 1
+    assert isinstance(detect_probe("auto", 2), HostProbe)  # CUDA sees two GPUs here
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert detect_probe("auto", 3).read().total_bytes == 48 * 2**30
+
+
+def test_a_benchmark_names_the_gpus_in_cudas_order(nvml, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+    assert machine()["gpus"] == ["NVIDIA L40S", "NVIDIA H100 80GB HBM3"]
