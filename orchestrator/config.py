@@ -75,7 +75,7 @@ class MemoryConfig(_Section):
     overhead_bytes: int = Field(
         512 * 2**20, ge=0, description="runtime overhead per model, added to weights + KV until measured"
     )
-    gpu_index: int = Field(0, ge=0, description="the GPU models are placed on")
+    gpu_index: int = Field(0, ge=0, description="the GPU models are placed on, as CUDA numbers it (after CUDA_VISIBLE_DEVICES)")
 
 
 class StructuredConfig(_Section):
