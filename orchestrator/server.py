@@ -13,6 +13,7 @@ from orchestrator import aio
 from orchestrator.access.keys import KeysError
 from orchestrator.api.app import build_app, runner_options
 from orchestrator.api.state import STATE
+from orchestrator.backends.options import unread_settings
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import discover
 from orchestrator.scheduler.scheduler import FAREWELL_S
@@ -27,6 +28,15 @@ async def serve(config: ServerConfig) -> int:
     if not catalogue.engines:
         problems = "; ".join(str(e) for e in catalogue.refused.values()) or f"no engine folders in {config.engines_dir}"
         log.error("nothing to serve: %s. Build one with: make build-engine MODEL=smollm2-135m", problems)
+        return 2
+    backends = {name: engine.manifest.backend for name, engine in catalogue.engines.items()}
+    unread = unread_settings(config.worker.model_fields_set, backends.values())
+    if unread:
+        served = ", ".join(f"{name}: {backend}" for name, backend in backends.items())
+        for name, readers in unread.items():
+            log.error("cannot start: --worker.%s is read only by the %s backend%s, and no engine served here uses "
+                      "one (%s); leave it out", name.replace("_", "-"), " and ".join(readers),
+                      "s" if len(readers) > 1 else "", served)
         return 2
     try:
         app = build_app(config, catalogue)

@@ -12,7 +12,7 @@ Imported by the HTTP process too (config, placement, the load message): nothing 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -90,3 +90,16 @@ def options_for(backend: str, settings: Mapping[str, object]) -> BackendOptions:
     the same names): the fields the backend declares, each from the setting of the same name when given."""
     model = options_model(backend)
     return parse_options(backend, {name: settings[name] for name in model.model_fields if name in settings})
+
+
+def unread_settings(given: Iterable[str], backends: Iterable[str]) -> dict[str, list[str]]:
+    """Of the worker settings a user gave (`given`, their field names), each backend knob that none of
+    `backends` (those of the engines served) reads, with the backends that would read it. A knob nobody reads
+    would be silently ignored, so the server refuses to start with it."""
+    served = set(backends)
+    unread = {}
+    for name in sorted(given):
+        readers = sorted(backend for backend, model in OPTIONS.items() if name in model.model_fields)
+        if readers and not served.intersection(readers):
+            unread[name] = readers
+    return unread

@@ -84,3 +84,12 @@ def test_sim_and_real_engines_are_not_served_together(fast_engine_dir, tmp_path)
     shutil.copytree(fast_engine_dir, tmp_path / "sim-fast")
     with pytest.raises(RuntimeError, match=r"cannot serve these engines together: sim engines \(sim-fast\) and real"):
         start_server(tmp_path, tmp_path / "server.log", timeout_s=60)
+
+
+def test_a_backend_setting_no_served_engine_reads_stops_the_server_with_the_reason(fast_engine_dir, tmp_path):
+    """--worker.threads is the hf and llamacpp backends' knob: given to a server of sim engines it would change
+    nothing, so the server refuses to start and says why."""
+    shutil.copytree(fast_engine_dir, tmp_path / "sim-fast")
+    with pytest.raises(RuntimeError, match=r"--worker.threads is read only by the hf and llamacpp backends, and no "
+                                           r"engine served here uses one \(sim-fast: sim\)"):
+        start_server(tmp_path, tmp_path / "server.log", "--worker.threads", "2", timeout_s=60)
