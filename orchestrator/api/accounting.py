@@ -14,15 +14,8 @@ from orchestrator.access.audit import AuditLog
 from orchestrator.access.usage import UsageMeter
 from orchestrator.api.auth import OPEN_PATHS
 from orchestrator.api.record import RECORD, RequestRecord
-from orchestrator.lifecycle import InferenceRequest, RequestStatus
+from orchestrator.lifecycle import InferenceRequest
 from orchestrator.metrics.http_metrics import CLIENT_GONE
-
-FINISH = {
-    RequestStatus.FINISHED_STOPPED: "stop",
-    RequestStatus.FINISHED_LENGTH: "length",
-    RequestStatus.FINISHED_CANCELLED: "cancelled",
-    RequestStatus.FINISHED_ERROR: "error",
-}
 
 
 def accounting_middleware(usage: UsageMeter, audit: AuditLog):
@@ -82,7 +75,7 @@ def _audit_entry(http: web.Request, record: RequestRecord, status: int, include_
         entry["prompt_tokens"] = request.prompt_tokens
         entry["completion_tokens"] = request.completion_tokens
         entry["response_id"] = request.id
-        entry["finish_reason"] = FINISH.get(request.status)
+        entry["finish_reason"] = request.status.label if request.status.finished else None
     if include_text and record.prompt_text is not None:
         entry["prompt"] = record.prompt_text
         entry["completions"] = ["".join(texts) for texts in (record.completions or {}).values()]
