@@ -40,7 +40,10 @@ class Workload:
             self.levels, level_notes = plan_levels(options, mix)
             self.models = sorted({s.model for level in self.levels for s in level.specs})
             self.makers = {m: PromptMaker(target.tokenizer_dirs.get(m, options.tokenizer), options.chat) for m in self.models}
-            self.prompts = [prompts_for(lv.specs, self.makers, options.seed + i) for i, lv in enumerate(self.levels)]
+            # Level i's prompts come from seed + 1000 * i, as its request plan does (levels.py): runs with nearby
+            # seeds share no prompts, so no server's prompt cache serves one run from another's.
+            self.prompts = [prompts_for(lv.specs, self.makers, options.seed + 1000 * i)
+                            for i, lv in enumerate(self.levels)]
             self.warmup: list[RequestSpec] = warmup_specs(options, self.models)
             self.warmup_prompts = prompts_for(self.warmup, self.makers, options.seed + WARMUP_SEED_OFFSET)
         except ValueError as exc:
