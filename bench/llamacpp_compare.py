@@ -6,7 +6,11 @@ The workload is `inferno bench`'s, sent to both servers the same way: 32 chat re
 64-token prompts (counted with the engine's tokenizer and chat template), 64 output tokens each (`ignore_eos`
 forces all 64), greedy, streamed, at concurrency 1 and 16, after 2 warm-up requests. llama-server runs with 16
 slots, as many KV cells as Inferno's engine gets, the same threads, and its default prompt cache. Each
-server's processes are measured for CPU per token. The two `inferno bench` results and the ratios go to
+server's processes are measured for CPU per token. This machine's speed drifts by more than the difference
+being measured (the same decode loop ran 15 ms/token on one core and 19 on the other), so both servers stay
+up and are measured in turns, `--rounds` times each, the one going first alternating, with new prompts each
+round (the same for both servers; seeded by the round, so no prompt cache serves one from an earlier round);
+the ratios are per round, and summarised as their median, lowest and highest. Every result and ratio goes to
 bench/results/llamacpp-compare-*.json.
 """
 
@@ -17,6 +21,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,13 +38,14 @@ SLOTS = 16
 CELL_PADDING = 256
 
 
-def measure(url: str, pid: int, engine: Path, args: argparse.Namespace, out: Path, label: str) -> dict:
-    """One `inferno bench` run against `url` (its server's process `pid`); returns its JSON result."""
+def measure(url: str, pid: int, engine: Path, args: argparse.Namespace, out: Path, label: str, seed: int) -> dict:
+    """One `inferno bench` run against `url` (its server's process `pid`) with the prompts of `seed`; returns
+    its JSON result."""
     out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "orchestrator", "bench", "--url", url, "--server-pid", str(pid),
                "--tokenizer", str(engine), "--endpoint", "chat", "--concurrency", args.levels,
                "--requests", str(args.requests), "--isl", str(args.isl), "--osl", str(args.max_tokens),
-               "--warmup", "2", "--seed", "0", "--out", str(out), "--no-plot"]
+               "--warmup", "2", "--seed", str(seed), "--out", str(out), "--no-plot"]
     print(f"{label}:", flush=True)
     subprocess.run(command, check=True)
     [result] = sorted(out.glob("bench-*.json"))
@@ -72,6 +78,30 @@ def start_llama_server(binary: Path, gguf: Path, cells: int, threads: int, log_p
     raise RuntimeError(f"llama-server did not become healthy; see {log_path}")
 
 
+def ratio_rows(inferno: dict, llama_server: dict) -> list[dict]:
+    """Per concurrency level: Inferno's output tok/s and TTFT p50 over llama-server's, and both CPU costs."""
+    return [
+        {"concurrency": i["load"]["concurrency"],
+         "output_tok_s_inferno_over_llama_server": round(i["output_tok_s"] / s["output_tok_s"], 3),
+         "ttft_p50_inferno_over_llama_server": round(i["ttft_s"]["p50"] / s["ttft_s"]["p50"], 3),
+         "server_us_per_token": {"inferno": i["server_cpu"]["us_per_token"],
+                                 "llama_server": s["server_cpu"]["us_per_token"]}}
+        for i, s in zip(inferno["rows"], llama_server["rows"], strict=True)
+    ]
+
+
+def summarise(rounds: list[list[dict]]) -> list[dict]:
+    """Each level's ratios over the rounds: the median, and the lowest and highest round."""
+    summary = []
+    for level in zip(*rounds, strict=True):
+        row = {"concurrency": level[0]["concurrency"], "rounds": len(level)}
+        for key in ("output_tok_s_inferno_over_llama_server", "ttft_p50_inferno_over_llama_server"):
+            values = sorted(r[key] for r in level)
+            row[key] = {"median": round(statistics.median(values), 3), "min": values[0], "max": values[-1]}
+        summary.append(row)
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.llamacpp_compare", description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, default=Path("engines/smollm2-135m-gguf"))
@@ -80,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--isl", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="runs of each server, taking turns (the one that goes first alternates)")
     parser.add_argument("--threads", type=int, default=default_threads(os.cpu_count() or 1),
                         help="llama.cpp threads on both sides (default: the backend's, one core left free)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
@@ -92,31 +124,37 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg": os.getloadavg()},
         "engine": str(args.engine),
         "llama_server": {"slots": SLOTS, "ctx_cells": cells, "threads": threads},
+        "rounds": [],
     }
     with tempfile.TemporaryDirectory(prefix="inferno-llamacpp-bench-") as tmp:
         server = start_server(args.engine.parent, Path(tmp) / "inferno.log", "--models", args.engine.name,
                               "--worker.threads", str(threads))
+        process = None
         try:
-            report["inferno"] = measure(server.base_url, server.pid, args.engine, args, Path(tmp) / "inferno",
-                                        "inferno (llamacpp backend)")
+            process, base = start_llama_server(args.llama_server, args.engine / "model.gguf", cells, threads,
+                                               Path(tmp) / "llama-server.log")
+            targets = {"inferno": (server.base_url, server.pid, "inferno (llamacpp backend)"),
+                       "llama_server": (base, process.pid, "llama-server")}
+            for number in range(args.rounds):
+                # Both servers stay up, idle while the other is measured; the machine's speed drifts over
+                # minutes, so they take turns and the one that goes first alternates. Each round has prompts
+                # of its own (seeded by the round): neither server's prompt cache holds an earlier round's.
+                order = ["inferno", "llama_server"] if number % 2 == 0 else ["llama_server", "inferno"]
+                results = {}
+                for name in order:
+                    url, pid, label = targets[name]
+                    results[name] = measure(url, pid, args.engine, args, Path(tmp) / f"round-{number}" / name,
+                                            f"round {number + 1}/{args.rounds}: {label}", seed=number)
+                ratios = ratio_rows(results["inferno"], results["llama_server"])
+                print(json.dumps(ratios, indent=2), flush=True)
+                report["rounds"].append({**results, "order": order, "ratios": ratios})
         finally:
             server.stop()
-        process, base = start_llama_server(args.llama_server, args.engine / "model.gguf", cells, threads,
-                                           Path(tmp) / "llama-server.log")
-        try:
-            report["llama_server_results"] = measure(base, process.pid, args.engine, args,
-                                                     Path(tmp) / "llama-server", "llama-server")
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-    report["ratios"] = [
-        {"concurrency": i["load"]["concurrency"],
-         "output_tok_s_inferno_over_llama_server": round(i["output_tok_s"] / s["output_tok_s"], 3),
-         "ttft_p50_inferno_over_llama_server": round(i["ttft_s"]["p50"] / s["ttft_s"]["p50"], 3),
-         "server_us_per_token": {"inferno": i["server_cpu"]["us_per_token"],
-                                 "llama_server": s["server_cpu"]["us_per_token"]}}
-        for i, s in zip(report["inferno"]["rows"], report["llama_server_results"]["rows"], strict=True)
-    ]
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=30)
+    report["ratios"] = summarise([r["ratios"] for r in report["rounds"]])
+    print("over all rounds:")
     print(json.dumps(report["ratios"], indent=2))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"llamacpp-compare-{time.strftime('%Y%m%d-%H%M%S')}.json"
