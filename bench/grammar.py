@@ -28,6 +28,7 @@ import xgrammar as xgr
 from pydantic import BaseModel
 from tokenizers import Tokenizer
 
+from orchestrator.bench.report import write
 from orchestrator.bench.stats import percentile, rounded
 from orchestrator.structured.checker import GrammarChecker
 from orchestrator.structured.compile import compile_guide, new_compiler
@@ -253,10 +254,7 @@ def main() -> None:
         batches = [int(b) for b in args.steps.split(",")]
         report["steps"] = asyncio.run(bench_steps(args.engine, batches, args.step_tokens, args.engine_threads))
     print(json.dumps(report, indent=2))
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"grammar-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(report, indent=2))
-    print(f"wrote {path}")
+    print(f"wrote {write(report, args.out, prefix='grammar')}")
 
 
 if __name__ == "__main__":

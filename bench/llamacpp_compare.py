@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.backends.llamacpp import default_threads
+from orchestrator.bench.report import write
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.launch import start_server
 
@@ -156,10 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     report["ratios"] = summarise([r["ratios"] for r in report["rounds"]])
     print("over all rounds:")
     print(json.dumps(report["ratios"], indent=2))
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"llamacpp-compare-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(report, indent=2))
-    print(f"wrote {path}")
+    print(f"wrote {write(report, args.out, prefix='llamacpp-compare')}")
     return 0
 
 

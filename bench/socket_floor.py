@@ -14,7 +14,6 @@ segment to the receiving socket. Writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import selectors
@@ -24,20 +23,26 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from orchestrator.bench.report import write
+
 CHUNK = (b'data: {"id":"chatcmpl-0123456789abcdef","object":"chat.completion.chunk","created":1764000000,'
          b'"model":"llama3.1-8b-instruct-sim","choices":[{"index":0,"delta":{"content":" word"},'
          b'"finish_reason":null}]}\n\n')
 
 
-def drain(clients: list[socket.socket]) -> None:
-    """Read every connection until all are closed (in the child process)."""
+def drain(clients: list[socket.socket]) -> int:
+    """Read every connection until all are closed (in the child process); returns the bytes read."""
     selector = selectors.DefaultSelector()
     for client in clients:
         selector.register(client, selectors.EVENT_READ)
+    total = 0
     while selector.get_map():
         for key, _ in selector.select(5.0):
-            if not key.fileobj.recv(1 << 16):
+            data = key.fileobj.recv(1 << 16)
+            total += len(data)
+            if not data:
                 selector.unregister(key.fileobj)
+    return total
 
 
 def measure(sockets: int, rounds: int, tick_s: float) -> dict:
@@ -50,12 +55,15 @@ def measure(sockets: int, rounds: int, tick_s: float) -> dict:
         server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         servers.append(server)
     listener.close()
+    read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:
+        os.close(read_end)
         for server in servers:
             server.close()
-        drain(clients)
+        os.write(write_end, str(drain(clients)).encode())
         os._exit(0)
+    os.close(write_end)
     for client in clients:
         client.close()
     before, started = os.times(), time.perf_counter()
@@ -66,12 +74,14 @@ def measure(sockets: int, rounds: int, tick_s: float) -> dict:
     after, wall = os.times(), time.perf_counter() - started
     for server in servers:
         server.close()
+    with os.fdopen(read_end, "rb") as reader:
+        bytes_read = int(reader.read() or b"0")  # what the reader got, once every connection has closed
     os.waitpid(child, 0)
     writes = sockets * rounds
     user_us = (after.user - before.user) * 1e6 / writes
     system_us = (after.system - before.system) * 1e6 / writes
     return {"sockets": sockets, "rounds": rounds, "tick_ms": tick_s * 1e3, "writes": writes,
-            "chunk_bytes": len(CHUNK), "wall_s": round(wall, 2), "user_us_per_write": round(user_us, 2),
+            "chunk_bytes": len(CHUNK), "bytes_read": bytes_read, "wall_s": round(wall, 2), "user_us_per_write": round(user_us, 2),
             "system_us_per_write": round(system_us, 2), "us_per_write": round(user_us + system_us, 2)}
 
 
@@ -90,10 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{result['writes']} writes of {result['chunk_bytes']} bytes to {args.sockets} loopback sockets: "
           f"{result['user_us_per_write']} µs user + {result['system_us_per_write']} µs system = "
           f"{result['us_per_write']} µs of CPU per write")
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"socket-floor-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(result, indent=2))
-    print(f"wrote {path}")
+    print(f"wrote {write(result, args.out, prefix='socket-floor')}")
     return 0
 
 
