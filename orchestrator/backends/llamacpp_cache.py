@@ -3,13 +3,9 @@ host-RAM prompt cache of sequence states (like llama-server's `--cache-ram`).
 
 A new request takes the free slot whose cached tokens share the longest prefix with its prompt, or, when a
 saved state in RAM shares a longer one, the least recently used free slot with that state restored into it;
-either way only the tokens after the shared prefix are computed. When a request ends, a copy of its state goes
-to the RAM cache (least recently used entries are evicted beyond its byte budget), and once the RAM cache
-holds it, its KV cells are given back: llama.cpp's unified cache makes every token of every step attend over
-all cells up to the highest one in use, so cells kept for a sequence that is not running slow every running
-one (measured on SmolLM2-135M: ~2,300 idle cells cost 14% per output token), while restoring a saved state
-is a copy. A sequence too short to be worth saving keeps its cells in its slot for the next prompt that shares
-them. The decisions here are pure; the backend's loop makes the llama.cpp calls.
+either way only the tokens after the shared prefix are computed. When a request ends, its slot's tokens and
+KV cells stay where they are, and a copy of its state goes to the RAM cache, which evicts least recently used
+entries beyond its byte budget. The decisions here are pure; the backend's loop makes the llama.cpp calls.
 """
 
 from __future__ import annotations
@@ -70,14 +66,11 @@ def place(prompt: tuple[int, ...], free: list[Slot], saved: list[tuple[int, ...]
     return Placement(best_slot, None, slot_reuse)
 
 
-def covered(tokens: list[int], saved: list[tuple[int, ...]]) -> bool:
-    """Whether a saved state holds every one of `tokens` (an entry with them as its prefix)."""
-    return any(len(entry) >= len(tokens) and common_prefix(entry, tokens) == len(tokens) for entry in saved)
-
-
 def worth_saving(tokens: list[int], saved: list[tuple[int, ...]]) -> bool:
     """Whether a finished sequence's state adds anything to the RAM cache."""
-    return len(tokens) >= MIN_SAVED_TOKENS and not covered(tokens, saved)
+    if len(tokens) < MIN_SAVED_TOKENS:
+        return False
+    return not any(len(entry) >= len(tokens) and common_prefix(entry, tokens) == len(tokens) for entry in saved)
 
 
 class RamPromptCache:
@@ -94,11 +87,10 @@ class RamPromptCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def put(self, tokens: tuple[int, ...], state: bytes) -> bool:
-        """Keep `state` (False if it alone is over the budget); entries whose tokens are a prefix of `tokens`
-        are dropped (this one covers them)."""
+    def put(self, tokens: tuple[int, ...], state: bytes) -> None:
+        """Keep `state`; entries whose tokens are a prefix of `tokens` are dropped (this one covers them)."""
         if len(state) > self.budget_bytes:
-            return False
+            return
         for key in [k for k in self._entries if len(k) <= len(tokens) and tokens[: len(k)] == k]:
             self.bytes -= len(self._entries.pop(key))
         self._entries[tokens] = state
@@ -106,7 +98,6 @@ class RamPromptCache:
         while self.bytes > self.budget_bytes:
             _, dropped = self._entries.popitem(last=False)
             self.bytes -= len(dropped)
-        return True
 
     def take(self, tokens: tuple[int, ...]) -> bytes:
         """The state saved for exactly `tokens`, marked as recently used."""

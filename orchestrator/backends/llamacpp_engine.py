@@ -6,9 +6,8 @@ prefixes, llamacpp_cache.py), plans the batch (llamacpp_step.py), makes room in 
 every row that has logits (llamacpp_sampling.py), and hands the step's deltas to `deliver` in one call. When
 nothing is running it waits on an event; nothing polls.
 
-KV cells are the memory: `n_ctx` cells, shared by every sequence. A finished sequence's state is copied to the
-RAM prompt cache and its cells are given back; one too short to be worth saving keeps its cells as a cached
-prefix until room is needed, least recently used dropped first. If running sequences alone need
+KV cells are the memory: `n_ctx` cells, shared by every sequence. Finished sequences keep their cells as a
+cached prefix until room is needed; then the least recently used are dropped. If running sequences alone need
 more cells than there are, the most recently admitted one is preempted: its cells are dropped and it waits at
 the head of the queue with the tokens it has generated, to be recomputed (its draws depend only on its seed
 and positions, so its output does not change).
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator.backends.llamacpp_api import Context
-from orchestrator.backends.llamacpp_cache import RamPromptCache, Slot, covered, place, worth_saving
+from orchestrator.backends.llamacpp_cache import RamPromptCache, Slot, place, worth_saving
 from orchestrator.backends.llamacpp_sampling import SequenceSampler, TokenConstraint, sample
 from orchestrator.backends.llamacpp_slots import SlotTable
 from orchestrator.backends.llamacpp_step import PREFILL_WHILE_DECODING, StepPlan, plan_step
@@ -339,23 +338,15 @@ class EngineLoop:
         delta.token_ids, delta.logprobs, delta.top_logprobs = [], None, None
 
     def _retire(self, sequence: Sequence) -> None:
-        """Free the sequence's slot. A copy of its state goes to RAM, and once RAM holds it the cells are given
-        back (idle cells slow every running sequence: llamacpp_cache.py); otherwise they stay as a cached
-        prefix in the slot."""
+        """Free the sequence's slot; its cells stay as a cached prefix, and a copy of its state goes to RAM."""
         self._running.pop(sequence.request.id, None)
         slot = sequence.slot
         if slot is None:
             return
         slot.owner, slot.last_used, sequence.slot = None, self._step, None
-        if not self._ram.budget_bytes or not slot.tokens:
-            return
         saved = self._ram.keys()
-        if worth_saving(slot.tokens, saved):
-            in_ram = self._ram.put(tuple(slot.tokens), self._ctx.seq_state(slot.seq))
-        else:
-            in_ram = covered(slot.tokens, saved)
-        if in_ram:
-            self._table.truncate(slot, 0)
+        if self._ram.budget_bytes and worth_saving(slot.tokens, saved):
+            self._ram.put(tuple(slot.tokens), self._ctx.seq_state(slot.seq))
 
     def _stats(self) -> BackendStats:
         used = self._table.cells_running()

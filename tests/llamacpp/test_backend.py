@@ -138,28 +138,6 @@ def test_a_repeated_prompt_reports_its_cached_prefix(engine):
     assert again[0].cached_tokens == len(engine.ids(text)) - 1
 
 
-def test_a_finished_sequence_gives_its_cells_back_once_ram_holds_it(gguf_engine, tmp_path):
-    """Idle cells would slow every running sequence (the unified cache attends over all of them), so a saved
-    sequence leaves the KV cache; one too short to save keeps its cells for a prompt that shares them."""
-    fresh = Engine(engine_variant(gguf_engine, tmp_path, "cells-back"))
-    try:
-        loop, table = fresh.backend._engine, fresh.backend._engine._table
-        warm_up = table.cells_idle()  # the warm-up request's few cells: too short to save
-        text = "Write a short poem about the sea, the wind, the gulls and the boats that sail at dawn."
-        first = one(fresh, text=text, max_new=8)
-        assert len(loop._ram) == 1 and table.cells_idle() == warm_up
-        again = one(fresh, text=text, max_new=8)  # restored from RAM: the same prefix, the same tokens
-        assert again[0].cached_tokens == len(fresh.ids(text)) - 1 and tokens(again) == tokens(first)
-        assert table.cells_idle() == warm_up and table.cells_free() == table.n_ctx - warm_up
-        short = fresh.ids("Hi there")
-        assert len(short) + 2 < 16
-        fresh.run(EngineRequest("short", short, max_new_tokens=2, sampling=GREEDY, ignore_eos=True))
-        # its prompt and its first token (the second ended it) stay, in the warm-up's slot or another one
-        assert table.cells_idle() in (len(short) + 1, warm_up + len(short) + 1)
-    finally:
-        fresh.close()
-
-
 def test_the_ram_cache_restores_a_prefix_whose_slot_was_reused(gguf_engine, tmp_path):
     two_slots = Engine(engine_variant(gguf_engine, tmp_path, "two-slots", max_batch_size=2))
     try:
