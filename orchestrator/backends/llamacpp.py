@@ -1,7 +1,8 @@
 """The `llamacpp` backend: a GGUF model on llama.cpp's C API, continuously batched. The CPU default's speed.
 
-One llama.cpp context holds every sequence (a unified KV cache of cells sized from the byte budget the server
-assigns); the engine loop (llamacpp_engine.py) runs one batched `llama_decode` per step on its own thread and
+One llama.cpp context holds every sequence, in KV cells bought by the byte budget the server assigns: a stream
+per sequence slot when the budget holds every slot at full length, else one pool shared by all (`kv_layout`);
+the engine loop (llamacpp_engine.py) runs one batched `llama_decode` per step on its own thread and
 hands each step's deltas to this worker's event loop in one `call_soon_threadsafe`, which becomes one
 `EngineOutputs.step` call. Sampling is per sequence, in numpy (llamacpp_sampling.py); prefixes are reused from
 free sequence slots and from a host-RAM prompt cache (llamacpp_cache.py). Every llama.cpp call lives in
@@ -14,6 +15,7 @@ import asyncio
 import logging
 import os
 import threading
+from dataclasses import dataclass
 
 from orchestrator.backends.protocol import BackendSettings, EngineOutputs, RequestStreams
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
@@ -78,6 +80,39 @@ def kv_cells(settings: BackendSettings) -> int:
     return max(cells, CELL_PADDING)
 
 
+@dataclass(frozen=True)
+class KvLayout:
+    """How a context's cells are laid out, and why."""
+
+    unified: bool
+    slots: int
+    cells: int  # in all
+    reason: str
+
+    @property
+    def seq_cells(self) -> int:
+        """The most cells one sequence can hold."""
+        return self.cells if self.unified else self.cells // self.slots
+
+
+def kv_layout(budget_cells: int, max_batch_size: int, max_seq_len: int) -> KvLayout:
+    """A stream per slot when the budget holds every slot at the engine's `max_seq_len`; else one pool.
+
+    In llama.cpp's unified cache every token of a step attends over every cell up to the highest in use (other
+    sequences' and cached prefixes' included, masked out), so a step costs more the more the pool holds: 16
+    decoding sequences of 140 tokens took 14.5 ms per token unified against 11.9 with a stream each
+    (docs/llamacpp.md). A stream per slot costs nothing extra when every slot can hold a whole sequence; with
+    less memory than that, one pool lets a long request use what the others leave."""
+    slot_cells = -(-max_seq_len // CELL_PADDING) * CELL_PADDING
+    full = max_batch_size * slot_cells
+    if budget_cells >= full:
+        return KvLayout(False, max_batch_size, full,
+                        f"the budget holds all {max_batch_size} slots at {slot_cells} cells: a stream per slot")
+    return KvLayout(True, max_batch_size, budget_cells,
+                    f"{budget_cells} cells hold fewer than {max_batch_size} slots of {slot_cells}: one pool "
+                    f"shared by all slots")
+
+
 class LlamaCppBackend:
     def __init__(self, settings: BackendSettings):
         self._settings = settings
@@ -116,23 +151,27 @@ class LlamaCppBackend:
         settings, manifest = self._settings, self._manifest
         limits = manifest.limits
         self._model = Model(settings.engine_dir / MODEL_FILE)
+        layout = kv_layout(kv_cells(settings), limits.max_batch_size, limits.max_seq_len)
         shape = ContextShape(
-            n_ctx=kv_cells(settings),
+            n_ctx=layout.cells,
             n_batch=limits.max_num_tokens,
-            n_seq_max=limits.max_batch_size,
+            n_seq_max=layout.slots,
             n_threads=settings.options.threads or default_threads(os.cpu_count() or 1),
+            unified=layout.unified,
         )
         self._context = Context(self._model, shape)
         engine_limits = EngineLimits(
-            n_ctx=self._context.n_ctx,
             n_batch=shape.n_batch,
-            max_seq_len=limits.max_seq_len,
+            max_seq_len=min(limits.max_seq_len, layout.seq_cells),
             ram_cache_bytes=int(settings.kv_cache_bytes * RAM_CACHE_SHARE),
         )
         ends = frozenset(manifest.tokenizer.eos_token_ids)
         self._engine = EngineLoop(self._context, engine_limits, ends, self._hand_over, self._hand_over_death)
-        log.info("llama.cpp context: %d KV cells, %d sequences, batch %d, %d threads",
-                 self._context.n_ctx, shape.n_seq_max, shape.n_batch, shape.n_threads)
+        log.info("llama.cpp context: %d KV cells, %d sequences (%s), batch %d, %d threads",
+                 self._context.n_ctx, shape.n_seq_max, layout.reason, shape.n_batch, shape.n_threads)
+        if layout.seq_cells < limits.max_seq_len:
+            log.warning("%s: its KV budget holds %d cells; sequences end there, below the engine's max_seq_len %d",
+                        settings.engine_dir.name, layout.seq_cells, limits.max_seq_len)
 
     async def _warm_up(self, streams: RequestStreams) -> None:
         """One short request through the whole path, so the first user request does not pay for it."""

@@ -113,10 +113,13 @@ class Model:
 
 @dataclass(frozen=True)
 class ContextShape:
-    n_ctx: int  # KV cells, shared by every sequence (unified KV cache)
+    n_ctx: int  # KV cells in all
     n_batch: int  # tokens one llama_decode takes
     n_seq_max: int  # sequence slots
     n_threads: int
+    # True: one pool of `n_ctx` cells that every sequence draws from. False: each sequence slot has a stream of
+    # `n_ctx / n_seq_max` cells of its own (llama.cpp pads it to a multiple of 256).
+    unified: bool = True
 
 
 class Batch:
@@ -145,7 +148,8 @@ class Batch:
 
 
 class Context:
-    """One llama.cpp context: a unified KV cache of `n_ctx` cells shared by `n_seq_max` sequences."""
+    """One llama.cpp context of `n_ctx` KV cells and `n_seq_max` sequences: one pool shared by them all
+    (unified), or a stream of `n_ctx_seq` cells per sequence."""
 
     def __init__(self, model: Model, shape: ContextShape):
         lib = bindings()
@@ -156,7 +160,7 @@ class Context:
         params.n_seq_max = shape.n_seq_max
         params.n_threads = shape.n_threads
         params.n_threads_batch = shape.n_threads
-        params.kv_unified = True  # one pool of cells for all sequences: the budget the ledger assigned
+        params.kv_unified = shape.unified
         params.no_perf = True
         self._lib = lib
         self.handle = lib.llama_init_from_model(model.handle, params)
@@ -164,6 +168,8 @@ class Context:
             raise RuntimeError(f"llama.cpp could not create a context of {shape.n_ctx} cells")
         self._memory = lib.llama_get_memory(self.handle)
         self.n_ctx = lib.llama_n_ctx(self.handle)
+        self.n_ctx_seq = lib.llama_n_ctx_seq(self.handle)  # the cells one sequence can hold
+        self.unified = shape.unified
         self.n_seq_max = lib.llama_n_seq_max(self.handle)
         self.n_vocab = lib.llama_vocab_n_tokens(model.vocab)
         self.batch = Batch(shape.n_batch)

@@ -6,11 +6,15 @@ prefixes, llamacpp_cache.py), plans the batch (llamacpp_step.py), makes room in 
 every row that has logits (llamacpp_sampling.py), and hands the step's deltas to `deliver` in one call. When
 nothing is running it waits on an event; nothing polls.
 
-KV cells are the memory: `n_ctx` cells, shared by every sequence. Finished sequences keep their cells as a
-cached prefix until room is needed; then the least recently used are dropped. If running sequences alone need
-more cells than there are, the most recently admitted one is preempted: its cells are dropped and it waits at
-the head of the queue with the tokens it has generated, to be recomputed (its draws depend only on its seed
-and positions, so its output does not change).
+KV cells are the memory: `n_ctx` cells, either a stream of its own per sequence slot or one pool shared by all
+(llamacpp_slots.py). Finished sequences keep their cells as a cached prefix. In a shared pool the least recently
+used prefixes are dropped when room is needed, and if running sequences alone need more cells than there are,
+the most recently admitted one is preempted: its cells are dropped and it waits at the head of the queue with
+the tokens it has generated, to be recomputed (its draws depend only on its seed and positions, so its output
+does not change).
+
+A step's batch lists its rows in sequence-id order: with a stream per slot, llama.cpp computes a step as few
+sub-batches as the ids allow only when each sub-batch's sequences are consecutive ids in batch order.
 """
 
 from __future__ import annotations
@@ -62,9 +66,8 @@ class Sequence:
 
 @dataclass(frozen=True)
 class EngineLimits:
-    n_ctx: int
     n_batch: int
-    max_seq_len: int
+    max_seq_len: int  # prompt + output of one sequence: the manifest's, or less when a slot holds fewer cells
     ram_cache_bytes: int
     prefill_while_decoding: int = PREFILL_WHILE_DECODING
 
@@ -79,7 +82,7 @@ class EngineLoop:
         self._end_tokens = end_tokens
         self._deliver = deliver
         self._die = die
-        self._table = SlotTable(context, limits.n_ctx)
+        self._table = SlotTable(context)
         self._ram = RamPromptCache(limits.ram_cache_bytes)
         self._inbox: deque = deque()
         self._wake = threading.Event()
@@ -196,12 +199,13 @@ class EngineLoop:
                 return
             sequence = self._waiting[0]
             needed = len(sequence.tokens) + 1
-            if needed > self._limits.n_ctx:
+            if needed > self._table.seq_cells:
                 self._waiting.popleft()
                 self._fail(deltas, sequence, ContextLengthExceeded(
-                    f"the sequence needs {needed} KV cells and this model's cache has {self._limits.n_ctx}"))
+                    f"the sequence needs {needed} KV cells and one sequence of this model's cache holds "
+                    f"{self._table.seq_cells}"))
                 continue
-            if self._running and needed > self._table.cells_free() + self._table.cells_idle():
+            if not self._table.can_admit(needed, bool(self._running)):
                 return  # it waits for running sequences to finish
             self._waiting.popleft()
             self._place(sequence, free)
@@ -275,12 +279,17 @@ class EngineLoop:
         self._advance(plan)
         self._sample(rows, deltas)
 
+    def _rows(self, plan: StepPlan) -> list[tuple[Sequence, int]]:
+        """The plan's sequences and how many tokens each computes now, in sequence-id order."""
+        rows = [(self._running[rid], 1) for rid in plan.decode]
+        rows += [(self._running[rid], count) for rid, count in plan.prefill]
+        return sorted(rows, key=lambda row: row[0].slot.seq)
+
     def _fill_batch(self, plan: StepPlan) -> list[Sequence]:
         """Write the plan into the batch arrays; returns the sequences whose rows ask for logits, in order."""
         batch, at, rows = self._ctx.batch, 0, []
         batch.logits[: plan.tokens] = 0
-        for rid, count in [(rid, 1) for rid in plan.decode] + list(plan.prefill):
-            sequence = self._running[rid]
+        for sequence, count in self._rows(plan):
             start = sequence.computed
             batch.token[at : at + count] = sequence.tokens[start : start + count]
             batch.pos[at : at + count] = np.arange(start, start + count, dtype=np.int32)
@@ -292,8 +301,7 @@ class EngineLoop:
         return rows
 
     def _advance(self, plan: StepPlan) -> None:
-        for rid, count in [(rid, 1) for rid in plan.decode] + list(plan.prefill):
-            sequence = self._running[rid]
+        for sequence, count in self._rows(plan):
             start = sequence.computed
             sequence.slot.tokens.extend(sequence.tokens[start : start + count])
             sequence.slot.last_used = self._step
@@ -350,7 +358,7 @@ class EngineLoop:
 
     def _stats(self) -> BackendStats:
         used = self._table.cells_running()
-        n_ctx = self._limits.n_ctx
+        n_ctx = self._table.n_ctx
         return BackendStats(
             running=len(self._running),
             waiting=len(self._waiting) + len(self._inbox),

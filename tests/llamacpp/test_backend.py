@@ -32,8 +32,11 @@ def one(engine, **kwargs):
 
 
 def test_the_load_report_counts_kv_cells(engine):
-    assert engine.report.tokens_per_block == 1 and engine.report.max_batch_size == 32
-    assert engine.report.kv_blocks >= 11_000  # 256 MiB of 23,040-byte cells
+    assert engine.report.tokens_per_block == 1 and engine.report.max_batch_size == 16
+    # The default budget holds its 16 slots at max_seq_len (2,048): a stream of 2,048 cells each.
+    assert engine.report.kv_blocks == 16 * 2048 and engine.report.kv_cache_bytes == 16 * 2048 * 23_040
+    context = engine.backend._context
+    assert not context.unified and context.n_seq_max == 16 and context.n_ctx_seq == 2048
     stats = engine.backend.stats()
     assert stats.kv_blocks_total == engine.report.kv_blocks and stats.running == 0 and stats.iterations > 0
 

@@ -1,8 +1,9 @@
-"""Pure decisions of the llamacpp backend: where a prompt goes (prefix reuse), what the RAM prompt cache keeps,
-and what one engine step computes."""
+"""Pure decisions of the llamacpp backend: how the KV cells are laid out, where a prompt goes (prefix reuse), what
+the RAM prompt cache keeps, and what one engine step computes."""
 
 from __future__ import annotations
 
+from orchestrator.backends.llamacpp import kv_layout
 from orchestrator.backends.llamacpp_cache import RamPromptCache, Slot, common_prefix, place, worth_saving
 from orchestrator.backends.llamacpp_step import plan_step
 
@@ -72,3 +73,18 @@ def test_without_decoding_sequences_prompts_take_the_whole_batch():
 def test_a_full_batch_of_decodes_leaves_no_room_for_prompts():
     plan = plan_step([(str(i), 1) for i in range(8)] + [("p", 10)], n_batch=8)
     assert len(plan.decode) == 8 and plan.prefill == ()
+
+
+def test_a_budget_holding_every_slot_at_full_length_gives_each_slot_a_stream():
+    layout = kv_layout(budget_cells=40_000, max_batch_size=16, max_seq_len=2048)
+    assert not layout.unified and layout.slots == 16 and layout.cells == 16 * 2048 and layout.seq_cells == 2048
+    assert "a stream per slot" in layout.reason
+    # A slot's stream is a whole number of llama.cpp's 256-cell pads: 1,000 tokens take 1,024 cells.
+    padded = kv_layout(budget_cells=4 * 1024, max_batch_size=4, max_seq_len=1000)
+    assert not padded.unified and padded.seq_cells == 1024
+
+
+def test_a_smaller_budget_is_one_pool_that_any_sequence_may_fill():
+    layout = kv_layout(budget_cells=11_520, max_batch_size=16, max_seq_len=2048)
+    assert layout.unified and layout.slots == 16 and layout.cells == 11_520 and layout.seq_cells == 11_520
+    assert "one pool" in layout.reason
