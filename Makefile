@@ -144,8 +144,8 @@ $(LLAMA_SERVER): $(LLAMA_BUILD)/CMakeCache.txt
 
 # Inferno's llamacpp backend against llama-server on the same GGUF file and workload; JSON in bench/results/.
 bench-llamacpp: setup $(LLAMA_SERVER)
-	$(BIN)/inferno build smollm2-135m-gguf --engines-dir $(ENGINES_DIR)
-	$(BIN)/python -m bench.llamacpp_compare --engine $(ENGINES_DIR)/smollm2-135m-gguf --llama-server $(LLAMA_SERVER) $(BENCH_ARGS)
+	$(BIN)/inferno build $(DEFAULT_MODEL) --engines-dir $(ENGINES_DIR)
+	$(BIN)/python -m bench.llamacpp_compare --engine $(ENGINES_DIR)/$(DEFAULT_MODEL) --llama-server $(LLAMA_SERVER) $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

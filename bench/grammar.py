@@ -1,7 +1,7 @@
 """Grammar costs on a real vocabulary: compile time (cold and cached), the grammar checker's round trips, and
 the per-row cost of filling and applying the token bitmask while decoding. Writes JSON.
 
-    python -m bench.grammar [--engine engines/smollm2-135m] [--threads 1] [--out bench/results]
+    python -m bench.grammar [--engine engines/smollm2-135m-hf] [--threads 1] [--out bench/results]
 
 Last, the engine's step with and without constraints (`--steps 1,8`): the engine in this process, greedy
 requests with and without a regex guide, ms per step and their ratio.
@@ -222,7 +222,7 @@ async def bench_checker(folder: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", type=Path, default=Path("engines/smollm2-135m"))
+    parser.add_argument("--engine", type=Path, default=Path("engines/smollm2-135m-hf"))
     parser.add_argument("--threads", type=int, default=1, help="xgrammar compile threads")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rows", default="1,8,32", help="batch sizes of constrained rows")

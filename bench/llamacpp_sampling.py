@@ -1,7 +1,7 @@
 """What sampling costs per engine step: the llamacpp backend's numpy sampling against llama.cpp's own sampler
 chains (one per sequence), on the same logits of one real batched decode.
 
-    python -m bench.llamacpp_sampling [--engine engines/smollm2-135m-gguf] [--rows 16] [--repeat 200]
+    python -m bench.llamacpp_sampling [--engine engines/smollm2-135m] [--rows 16] [--repeat 200]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def per_step_us(run, repeat: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.llamacpp_sampling")
-    parser.add_argument("--engine", type=Path, default=Path("engines/smollm2-135m-gguf"))
+    parser.add_argument("--engine", type=Path, default=Path("engines/smollm2-135m"))
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args(argv)

@@ -35,7 +35,7 @@ def trtllm_missing(python: str, model: str) -> str:
         f"  * or install the wheel from NVIDIA's package index (Python 3.12, CUDA 13) with Inferno beside it: pip "
         f"install --extra-index-url https://pypi.nvidia.com tensorrt_llm=={REQUIRED_TRTLLM}, and pass the examples/ "
         f"folder of TensorRT-LLM v{REQUIRED_TRTLLM}'s sources as --trtllm-examples.\n"
-        f"Without it, only portable hf engines build here (e.g. make build-engine MODEL=smollm2-135m)"
+        f"Without it, only CPU engines build here (e.g. make build-engine MODEL=smollm2-135m, llama.cpp; or MODEL=smollm2-135m-hf, transformers)"
     )
 
 

