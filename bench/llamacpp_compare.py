@@ -1,15 +1,17 @@
 """Inferno's llamacpp backend against llama.cpp's own llama-server: the same GGUF file, the same workload.
 
-    python -m bench.llamacpp_compare --engine engines/smollm2-135m-gguf --llama-server .llama.cpp/build/bin/llama-server
+    python -m bench.llamacpp_compare --engine engines/smollm2-135m --llama-server .llama.cpp/build/bin/llama-server
 
 The workload is `inferno bench`'s, sent to both servers the same way: 32 chat requests per level with seeded
 64-token prompts (counted with the engine's tokenizer and chat template), 64 output tokens each (`ignore_eos`
-forces all 64), greedy, streamed, at concurrency 1 and 16, after 2 warm-up requests. llama-server runs with 16
-slots, as many KV cells as Inferno's engine gets, the same threads, and its default prompt cache. Each
+forces all 64), greedy, streamed, at concurrency 1 and 16, after 2 warm-up requests. llama-server runs with the
+engine's slots (`max_batch_size`), the KV cells Inferno's engine takes in the same layout (a stream per slot, or
+`--kv-unified` when Inferno's budget makes one pool), the same threads, and its default prompt cache. Each
 server's processes are measured for CPU per token. This machine's speed drifts by more than the difference
 being measured (the same decode loop ran 15 ms/token on one core and 19 on the other), so both servers stay
-up and are measured in turns, `--rounds` times each, the one going first alternating, with new prompts each
-round (the same for both servers; seeded by the round, so no prompt cache serves one from an earlier round);
+up and are measured in turns, level by level, `--rounds` times each, the one going first alternating, with new
+prompts each round and level (the same for both servers; seeded by both, so no prompt cache serves one from an
+earlier run);
 the ratios are per round, and summarised as their median, lowest and highest. Every result and ratio goes to
 bench/results/llamacpp-compare-*.json.
 """
@@ -30,21 +32,19 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.backends.llamacpp import default_threads
+from orchestrator.backends.llamacpp import CELL_PADDING, default_threads, kv_layout
 from orchestrator.bench.report import write
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.launch import start_server
 
-SLOTS = 16
-CELL_PADDING = 256
 
-
-def measure(url: str, pid: int, engine: Path, args: argparse.Namespace, out: Path, label: str, seed: int) -> dict:
-    """One `inferno bench` run against `url` (its server's process `pid`) with the prompts of `seed`; returns
-    its JSON result."""
+def measure(url: str, pid: int, engine: Path, args: argparse.Namespace, out: Path, level: int, label: str,
+            seed: int) -> dict:
+    """One `inferno bench` run at concurrency `level` against `url` (its server's process `pid`) with the
+    prompts of `seed`; returns its JSON result."""
     out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "orchestrator", "bench", "--url", url, "--server-pid", str(pid),
-               "--tokenizer", str(engine), "--endpoint", "chat", "--concurrency", args.levels,
+               "--tokenizer", str(engine), "--endpoint", "chat", "--concurrency", str(level),
                "--requests", str(args.requests), "--isl", str(args.isl), "--osl", str(args.max_tokens),
                "--warmup", "2", "--seed", str(seed), "--out", str(out), "--no-plot"]
     print(f"{label}:", flush=True)
@@ -59,10 +59,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_llama_server(binary: Path, gguf: Path, cells: int, threads: int, log_path: Path) -> tuple[subprocess.Popen, str]:
+def start_llama_server(binary: Path, gguf: Path, layout, threads: int, log_path: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", str(SLOTS),
-               "-c", str(cells), "-t", str(threads), "-tb", str(threads)]
+    command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", str(layout.slots),
+               "-c", str(layout.cells), "-t", str(threads), "-tb", str(threads),
+               "--kv-unified" if layout.unified else "--no-kv-unified"]
     process = subprocess.Popen(command, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
@@ -105,7 +106,7 @@ def summarise(rounds: list[list[dict]]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.llamacpp_compare", description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", type=Path, default=Path("engines/smollm2-135m-gguf"))
+    parser.add_argument("--engine", type=Path, default=Path("engines/smollm2-135m"))
     parser.add_argument("--llama-server", type=Path, default=Path(".llama.cpp/build/bin/llama-server"))
     parser.add_argument("--levels", default="1,16")
     parser.add_argument("--requests", type=int, default=32)
@@ -119,12 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     manifest = load_manifest(args.engine)
     cells = manifest.kv_cache.default_budget_bytes // manifest.kv_cache.bytes_per_token // CELL_PADDING * CELL_PADDING
+    layout = kv_layout(cells, manifest.limits.max_batch_size, manifest.limits.max_seq_len)
     threads = args.threads
     report: dict = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg": os.getloadavg()},
         "engine": str(args.engine),
-        "llama_server": {"slots": SLOTS, "ctx_cells": cells, "threads": threads},
+        "llama_server": {"slots": layout.slots, "ctx_cells": layout.cells, "kv_unified": layout.unified,
+                         "threads": threads},
         "rounds": [],
     }
     with tempfile.TemporaryDirectory(prefix="inferno-llamacpp-bench-") as tmp:
@@ -132,23 +135,30 @@ def main(argv: list[str] | None = None) -> int:
                               "--worker.threads", str(threads))
         process = None
         try:
-            process, base = start_llama_server(args.llama_server, args.engine / "model.gguf", cells, threads,
+            process, base = start_llama_server(args.llama_server, args.engine / "model.gguf", layout, threads,
                                                Path(tmp) / "llama-server.log")
             targets = {"inferno": (server.base_url, server.pid, "inferno (llamacpp backend)"),
                        "llama_server": (base, process.pid, "llama-server")}
+            levels = [int(level) for level in args.levels.split(",")]
             for number in range(args.rounds):
                 # Both servers stay up, idle while the other is measured; the machine's speed drifts over
-                # minutes, so they take turns and the one that goes first alternates. Each round has prompts
-                # of its own (seeded by the round): neither server's prompt cache holds an earlier round's.
+                # minutes, so they take turns level by level (a minute or two apart, not the length of a
+                # whole run) and the one that goes first alternates. Each round and level has prompts of its
+                # own (seeded by both): neither server's prompt cache holds earlier ones.
                 order = ["inferno", "llama_server"] if number % 2 == 0 else ["llama_server", "inferno"]
-                results = {}
-                for name in order:
-                    url, pid, label = targets[name]
-                    results[name] = measure(url, pid, args.engine, args, Path(tmp) / f"round-{number}" / name,
-                                            f"round {number + 1}/{args.rounds}: {label}", seed=number)
-                ratios = ratio_rows(results["inferno"], results["llama_server"])
+                turns, ratios = [], []
+                for index, level in enumerate(levels):
+                    results = {}
+                    for name in order:
+                        url, pid, label = targets[name]
+                        out = Path(tmp) / f"round-{number}" / f"c{level}" / name
+                        results[name] = measure(url, pid, args.engine, args, out, level,
+                                                f"round {number + 1}/{args.rounds}: {label}",
+                                                seed=number + 1000 * index)
+                    ratios += ratio_rows(results["inferno"], results["llama_server"])
+                    turns.append({"concurrency": level, **results})
                 print(json.dumps(ratios, indent=2), flush=True)
-                report["rounds"].append({**results, "order": order, "ratios": ratios})
+                report["rounds"].append({"order": order, "levels": turns, "ratios": ratios})
         finally:
             server.stop()
             if process is not None:
