@@ -1,8 +1,8 @@
 """The `hf` backend: transformers' continuous batching manager with paged attention, on PyTorch.
 
-Portable (CPU, CUDA, anything torch supports) and the embedded default. The manager runs its own
-generation thread; every step's outputs reach this worker's event loop in one `call_soon_threadsafe`, and
-become one `EngineOutputs.step` call with every request's new tokens.
+Portable (CPU, CUDA, anything torch supports); the embedded default's model on PyTorch is `smollm2-135m-hf`.
+The manager runs its own generation thread; every step's outputs reach this worker's event loop in one
+`call_soon_threadsafe`, and become one `EngineOutputs.step` call with every request's new tokens.
 """
 
 from __future__ import annotations
