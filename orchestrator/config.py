@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, CliApp, SettingsConfigDict
 
-from orchestrator.backends.options import CapacityPolicy, Device, Threads
+from orchestrator.backends.options import CapacityPolicy, Device, PromptCacheBytes, Threads
 
 
 class _Section(BaseModel):
@@ -29,6 +29,11 @@ class WorkerConfig(_Section):
     device: Device = Field("auto", description="device for the hf backend: auto picks cuda when torch sees a GPU")
     threads: Threads = Field(
         None, description="CPU threads per hf or llamacpp worker (default: hf all cores, llamacpp all but one)"
+    )
+    prompt_cache_bytes: PromptCacheBytes = Field(
+        None,
+        description="host RAM per llamacpp model for saved prompt states, reused when a conversation comes back "
+        "after its slot was taken (default: half the model's KV cache budget; 0 turns it off)",
     )
     load_timeout_s: float = Field(300.0, gt=0, description="give up on a model load after this long")
     spare: bool = Field(True, description="keep one worker started and its runtime imported, for fast loads")

@@ -80,6 +80,14 @@ def kv_cells(settings: BackendSettings) -> int:
     return max(cells, CELL_PADDING)
 
 
+def ram_cache_bytes(settings: BackendSettings) -> int:
+    """The RAM prompt cache's budget: the option when given, else half the KV cache budget. It fills up to its
+    budget as requests finish (each keeps a copy of its KV cells, 23 KB a token for SmolLM2), so the worker's
+    memory grows by that much, then holds."""
+    given = settings.options.prompt_cache_bytes
+    return int(settings.kv_cache_bytes * RAM_CACHE_SHARE) if given is None else given
+
+
 @dataclass(frozen=True)
 class KvLayout:
     """How a context's cells are laid out, and why."""
@@ -163,7 +171,7 @@ class LlamaCppBackend:
         engine_limits = EngineLimits(
             n_batch=shape.n_batch,
             max_seq_len=min(limits.max_seq_len, layout.seq_cells),
-            ram_cache_bytes=int(settings.kv_cache_bytes * RAM_CACHE_SHARE),
+            ram_cache_bytes=ram_cache_bytes(settings),
         )
         ends = frozenset(manifest.tokenizer.eos_token_ids)
         self._engine = EngineLoop(self._context, engine_limits, ends, self._hand_over, self._hand_over_death)

@@ -22,6 +22,10 @@ from orchestrator.errors import ModelUnavailable
 # Each knob's type and bounds, declared once: the server's settings and the backends' sections both use them.
 Device = Annotated[Literal["auto", "cpu", "cuda"], Field(description="auto picks cuda when torch sees a GPU")]
 Threads = Annotated[int | None, Field(ge=1, description="CPU threads (None: the backend's default)")]
+PromptCacheBytes = Annotated[
+    int | None,
+    Field(ge=0, description="host RAM for saved prompt states (None: half the KV cache budget; 0: none)"),
+]
 CapacityPolicy = Annotated[
     Literal["guaranteed_no_evict", "max_utilization"],
     Field(description="TensorRT-LLM's capacity scheduler: admit only what can finish, or fill the KV cache and pause"),
@@ -44,6 +48,7 @@ class HfOptions(BackendOptions):
 class LlamaCppOptions(BackendOptions):
     backend: ClassVar[str] = "llamacpp"
     threads: Threads = None  # llama.cpp's threads (None: every core but one, llamacpp.default_threads)
+    prompt_cache_bytes: PromptCacheBytes = None  # the RAM prompt cache (llama-server's --cache-ram)
 
 
 class TrtllmOptions(BackendOptions):

@@ -7,7 +7,9 @@ A server serves sim engines or real ones, never both (docs/simulation.md), so a 
   beside it (`--memory.capacity-bytes`), so they never fit together and every change between them evicts
   one and loads the other.
 - **hf**: the real SmolLM2 engine (hard links to the given folder, or a link to the folder across file
-  systems), pinned, on one CPU thread, at low concurrency: the real backend in the mix.
+  systems), pinned, on one CPU thread, at low concurrency: the real backend in the mix (the embedded default,
+  llamacpp; or the hf engine with `--model smollm2-135m-hf`). A llamacpp engine gets a small RAM prompt cache,
+  which fills during the warm-up.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.engine.manifest import load_manifest
 from orchestrator.launch import PROJECT_ROOT, ServerProcess, copy_engine, start_server
 
 GiB = 2**30
@@ -28,6 +31,7 @@ SIM_RECIPE = "llama3.1-8b-sim"
 # 33.2 GB. 60 GB holds sim-hot and one of the pair, never both of the pair.
 SIM_KV_BYTES = {SIM_HOT: 2 * GiB, SIM_PAIR[0]: 20 * GiB, SIM_PAIR[1]: 20 * GiB}
 SIM_CAPACITY_BYTES = 60_000_000_000
+SOAK_PROMPT_CACHE_BYTES = 16 * 2**20  # a dozen saved prompts of SmolLM2
 
 
 class SoakError(Exception):
@@ -105,6 +109,10 @@ def make_hf_engines(workdir: Path, engine: Path) -> Path:
 def start_hf(workdir: Path, engines: Path, model: str) -> tuple[ServerProcess, list[str]]:
     settings = _settings(workdir / "hf-models.toml", model, {})
     args = ["--model-settings", str(settings), "--worker.threads", "1"]
+    if load_manifest(engines / model).backend == "llamacpp":
+        # Its RAM prompt cache grows to its budget as requests finish (by design, then holds): a small one fills
+        # during the warm-up and is evicted from all along, so a growth the verdict sees is not the cache filling.
+        args += ["--worker.prompt-cache-bytes", str(SOAK_PROMPT_CACHE_BYTES)]
     return start_server(engines, workdir / "hf-server.log", *args, timeout_s=300), args
 
 

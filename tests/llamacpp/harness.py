@@ -9,6 +9,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from orchestrator.backends.llamacpp import create
+from orchestrator.backends.options import LlamaCppOptions
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, TokenDelta
@@ -25,13 +26,14 @@ def engine_variant(source: Path, engines: Path, name: str, **limits) -> Path:
 
 
 class Engine:
-    def __init__(self, folder: Path, kv_cache_bytes: int | None = None):
+    def __init__(self, folder: Path, kv_cache_bytes: int | None = None, options: LlamaCppOptions | None = None):
         manifest = load_manifest(folder)
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.eos = manifest.tokenizer.eos_token_ids
         self.loop = asyncio.new_event_loop()
         budget = kv_cache_bytes or manifest.kv_cache.default_budget_bytes
-        self.backend = create(BackendSettings(engine_dir=folder, manifest=manifest, kv_cache_bytes=budget))
+        self.backend = create(BackendSettings(engine_dir=folder, manifest=manifest, kv_cache_bytes=budget,
+                                              options=options))
         self.streams = RequestStreams(self.backend)
         self.report = self.loop.run_until_complete(self.backend.start(self.streams))
 

@@ -8,6 +8,7 @@ import itertools
 
 import pytest
 
+from orchestrator.backends.options import LlamaCppOptions
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
 from orchestrator.errors import ContextLengthExceeded
 from tests.llamacpp.harness import Engine, engine_variant, tokens
@@ -153,6 +154,27 @@ def test_the_ram_cache_restores_a_prefix_whose_slot_was_reused(gguf_engine, tmp_
         assert tokens(again) == tokens(first)  # the restored cells are the same cells
     finally:
         two_slots.close()
+
+
+def test_the_ram_cache_keeps_to_the_budget_it_is_given_and_zero_turns_it_off(gguf_engine, tmp_path):
+    text = "Write a short poem about the sea, the wind, the gulls and the boats that sail at dawn."
+    off = Engine(engine_variant(gguf_engine, tmp_path, "no-ram-cache", max_batch_size=2),
+                 options=LlamaCppOptions(prompt_cache_bytes=0))
+    try:
+        off.run(request(off, text=text, ignore_eos=True))
+        off.run(request(off, text="Name three colours."), request(off, text="Count to five."))
+        again = off.run(request(off, text=text, ignore_eos=True))[0]
+        assert again[0].cached_tokens == 0 and len(off.backend._engine._ram) == 0  # recomputed: nothing saved
+    finally:
+        off.close()
+    budget = 2 * 2**20  # two or three saved prompts of this length
+    small = Engine(engine_variant(gguf_engine, tmp_path, "small-ram-cache"), options=LlamaCppOptions(prompt_cache_bytes=budget))
+    try:
+        small.run(*(request(small, text=f"{text} Verse {i}.", ignore_eos=True) for i in range(8)))
+        ram = small.backend._engine._ram
+        assert 0 < ram.bytes <= budget and 0 < len(ram) < 8
+    finally:
+        small.close()
 
 
 def test_kv_pressure_preempts_and_every_answer_completes(gguf_engine, tmp_path):

@@ -76,10 +76,11 @@ def test_every_kind_names_one_message_each_way_and_every_message_says_its_kind()
 
 # -- round trips -------------------------------------------------------------------------------------------------
 def test_the_load_crosses_with_its_backends_option_section(default_engine):
-    worker = load_config(["--worker.threads", "3", "--worker.device", "cpu",
+    worker = load_config(["--worker.threads", "3", "--worker.device", "cpu", "--worker.prompt-cache-bytes", "0",
                           "--worker.capacity-policy", "max_utilization"]).worker.model_dump()
     sections = {backend: options_for(backend, worker) for backend in ("hf", "llamacpp", "trtllm", "sim")}
-    assert sections == {"hf": HfOptions(device="cpu", threads=3), "llamacpp": LlamaCppOptions(threads=3),
+    assert sections == {"hf": HfOptions(device="cpu", threads=3),
+                        "llamacpp": LlamaCppOptions(threads=3, prompt_cache_bytes=0),
                         "trtllm": TrtllmOptions(capacity_policy="max_utilization"),
                         "sim": SimOptions(capacity_policy="max_utilization")}
     for options in sections.values():
