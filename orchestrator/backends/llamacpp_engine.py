@@ -264,7 +264,8 @@ class EngineLoop:
         plan = self._plan(deltas)
         if plan is None or not plan.tokens:
             return
-        rows = self._fill_batch(plan)
+        batch_rows = self._rows(plan)
+        rows = self._fill_batch(batch_rows)
         started = time.perf_counter()
         status = self._ctx.decode(plan.tokens)
         if status == 1:  # llama.cpp found no room after all: free more and try again next step
@@ -276,7 +277,7 @@ class EngineLoop:
             raise EngineError(f"llama_decode failed with status {status}")
         self._latency_ms = (time.perf_counter() - started) * 1000
         self._step += 1
-        self._advance(plan)
+        self._advance(batch_rows)
         self._sample(rows, deltas)
 
     def _rows(self, plan: StepPlan) -> list[tuple[Sequence, int]]:
@@ -285,11 +286,12 @@ class EngineLoop:
         rows += [(self._running[rid], count) for rid, count in plan.prefill]
         return sorted(rows, key=lambda row: row[0].slot.seq)
 
-    def _fill_batch(self, plan: StepPlan) -> list[Sequence]:
-        """Write the plan into the batch arrays; returns the sequences whose rows ask for logits, in order."""
+    def _fill_batch(self, batch_rows: list[tuple[Sequence, int]]) -> list[Sequence]:
+        """Write the step's rows into the batch arrays; returns the sequences whose rows ask for logits, in
+        order."""
         batch, at, rows = self._ctx.batch, 0, []
-        batch.logits[: plan.tokens] = 0
-        for sequence, count in self._rows(plan):
+        batch.logits[: sum(count for _, count in batch_rows)] = 0
+        for sequence, count in batch_rows:
             start = sequence.computed
             batch.token[at : at + count] = sequence.tokens[start : start + count]
             batch.pos[at : at + count] = np.arange(start, start + count, dtype=np.int32)
@@ -300,8 +302,8 @@ class EngineLoop:
             at += count
         return rows
 
-    def _advance(self, plan: StepPlan) -> None:
-        for sequence, count in self._rows(plan):
+    def _advance(self, batch_rows: list[tuple[Sequence, int]]) -> None:
+        for sequence, count in batch_rows:
             start = sequence.computed
             sequence.slot.tokens.extend(sequence.tokens[start : start + count])
             sequence.slot.last_used = self._step

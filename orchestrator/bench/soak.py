@@ -209,7 +209,8 @@ def parse_options(argv: list[str]) -> tuple[SoakOptions, Path, bool]:
     parser.add_argument("--sample-s", type=float, default=5.0, help="seconds between samples")
     parser.add_argument("--seed", type=int, default=0, help="seeds every random choice of the traffic")
     parser.add_argument("--engines-dir", type=Path, default=Path("engines"))
-    parser.add_argument("--model", default="smollm2-135m", help="the real engine in the mix (its server is the report's \"hf\" one)")
+    parser.add_argument("--model", default="smollm2-135m",
+                        help="the real engine in the mix (its server is the report's \"hf\" one)")
     parser.add_argument("--no-hf", action="store_true", help="sim engines only")
     parser.add_argument("--sim-tokenizer", type=Path, help="a sim engine or checkpoint to take the sim engines' "
                         "tokenizer from (default: extract the stand-in, about 20 s)")

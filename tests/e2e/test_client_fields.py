@@ -200,14 +200,14 @@ def test_chat_template_kwargs_reach_the_template_and_reserved_names_are_refused(
     assert "chat_template_kwargs" in caught.value.body["param"]
 
 
-def test_tokenize_and_detokenize_as_vllm_shapes_them(server, client):
+def test_tokenize_and_detokenize_as_vllm_shapes_them(server, client, limits):
     status, raw = post(server, "/tokenize", {"model": DEFAULT_MODEL, "messages": HI})
     assert status == 200
     answer = json.loads(raw)
     reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, max_tokens=1)
     assert answer["count"] == len(answer["tokens"]) == reply.usage.prompt_tokens
     [served] = [m for m in client.models.list().data if m.id == DEFAULT_MODEL]
-    assert answer["max_model_len"] == served.model_extra["max_model_len"] in (2048, 8192)  # llamacpp, hf engine
+    assert answer["max_model_len"] == served.model_extra["max_model_len"] == limits.max_seq_len
     status, raw = post(server, "/detokenize", {"model": DEFAULT_MODEL, "tokens": answer["tokens"]})
     assert status == 200 and json.loads(raw)["prompt"].endswith("Say hi<|im_end|>\n<|im_start|>assistant\n")
 
