@@ -29,7 +29,7 @@ NINJA := $(shell command -v ninja 2>/dev/null)
 # cmake from the system, else from PyPI into the venv (as pip's own build of llama-cpp-python would do).
 CMAKE := $(or $(shell command -v cmake 2>/dev/null),$(BIN)/cmake)
 
-.PHONY: setup serve test test-clients clients bench bench-llamacpp soak build-engine default-engine llama-server lint clean
+.PHONY: setup serve test test-fast test-deps test-clients clients bench bench-llamacpp soak build-engine default-engine llama-server lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,8 +60,27 @@ default-engine: setup
 serve: default-engine
 	$(BIN)/inferno serve --engines-dir $(ENGINES_DIR) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
-test: default-engine
+# What the suite needs beyond .venv: Prometheus and promtool (Debian's `prometheus` package), which the
+# observability tests run for real. Installed here, as root or through sudo; a machine where neither works
+# stops with the command to run, instead of a suite that skips them.
+test-deps:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+		if [ "$$(id -u)" = 0 ]; then sudo=; elif sudo -n true 2>/dev/null; then sudo='sudo -n'; else \
+			echo "make test needs Prometheus: run 'sudo apt-get install prometheus' once, then make test again"; \
+			exit 1; fi; \
+		echo "installing Debian's prometheus package (Prometheus and promtool, for the observability tests)"; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+			>/dev/null 2>&1 || { $$sudo apt-get update -qq && \
+			$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }; }
+
+# The whole suite: what CI runs.
+test: default-engine test-deps
 	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) $(BIN)/pytest --durations=25 $(PYTEST_ARGS)
+
+# Day-to-day: the unit, app, build and in-process tiers, without the tests that start real servers (under 3
+# minutes on 2 cores).
+test-fast: default-engine test-deps
+	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) $(BIN)/pytest -m 'not e2e and not clients' $(PYTEST_ARGS)
 
 # Real benchmark clients, each in its own environment (about a gigabyte each; apart from .venv, so their
 # dependencies never meet the server's), run against the real server. Not part of `make test`.

@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 ENGINES = Path(os.environ.get("INFERNO_TEST_ENGINES_DIR", ROOT / "engines"))
 DEFAULT_MODEL = "smollm2-135m"  # the embedded default's name, as clients ask for it
 # The suite's main engine: the same model on the hf backend (PyTorch), served under DEFAULT_MODEL. The embedded
-# default itself (the llamacpp engine `make serve` builds) runs the same suites from tests/llamacpp/.
+# default itself (the llamacpp engine `make serve` builds) runs the conformance suite (tests/conformance/) too.
 HF_RECIPE = "smollm2-135m-hf"
+GGUF_RECIPE = DEFAULT_MODEL  # the embedded default is the GGUF engine
 
 
 _STARTED: list[ServerProcess] = []
@@ -63,17 +64,43 @@ def default_engine(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def limits(default_engine: Path) -> Limits:
-    """The limits of the engine `server` serves (tests/llamacpp's conftest gives its own engine's)."""
+    """The limits of the engine `server` serves (tests/conformance gives each backend's engine's)."""
     return load_manifest(default_engine).limits
 
 
-@pytest.fixture(scope="module")
-def server(default_engine: Path, tmp_path_factory) -> Iterator[ServerProcess]:
-    """One real server per test module, serving the real SmolLM2 engine."""
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
-    proc = start_server(default_engine.parent, log_path, "--models", DEFAULT_MODEL)
+@pytest.fixture(scope="session")
+def gguf_engine() -> Path:
+    """The embedded default as `make serve` builds it: the SmolLM2 GGUF engine on llama.cpp."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
+    return build_engine(GGUF_RECIPE)
+
+
+def serve_alone(engine: Path, tmp_path_factory, what: str) -> Iterator[ServerProcess]:
+    """A real server of one engine, copied alone into an engines folder under the default model's name."""
+    engines = tmp_path_factory.mktemp(f"{what}-engines")
+    copy_engine(engine, engines, DEFAULT_MODEL)
+    proc = start_server(engines, tmp_path_factory.mktemp(f"{what}-server") / "server.log", "--models", DEFAULT_MODEL)
     yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="session")
+def hf_server(default_engine: Path, tmp_path_factory) -> Iterator[ServerProcess]:
+    """The session's real server of the hf engine: the conformance suite's hf backend, and `server` elsewhere."""
+    yield from serve_alone(default_engine, tmp_path_factory, "hf")
+
+
+@pytest.fixture(scope="session")
+def llamacpp_server(gguf_engine: Path, tmp_path_factory) -> Iterator[ServerProcess]:
+    """The session's real server of the embedded default (llamacpp)."""
+    yield from serve_alone(gguf_engine, tmp_path_factory, "llamacpp")
+
+
+@pytest.fixture(scope="session")
+def server(hf_server: ServerProcess) -> ServerProcess:
+    """The real server most suites talk to, shared by the session. A suite that needs a fresh one (counters
+    from zero, settings of its own) starts its own."""
+    return hf_server
 
 
 def scrape(base_url: str) -> dict[tuple[str, tuple], float]:

@@ -7,7 +7,7 @@ Each client lives in its own virtual environment under .venv-clients/ (about a g
 `make test-clients`, or `pytest -m clients` once the environments exist.
 
 `vllm bench serve` is not run: it ships only inside the whole vllm package (a CUDA build of torch, flashinfer
-and other GPU kernels), and its request bodies are checked in tests/e2e/test_client_fields.py instead.
+and other GPU kernels), and its request bodies are checked in tests/conformance/test_client_fields.py instead.
 """
 
 from __future__ import annotations

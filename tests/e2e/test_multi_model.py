@@ -86,7 +86,7 @@ def test_every_engine_is_listed_before_any_is_loaded(server, client):
 def test_a_request_loads_its_model_on_demand(server, client):
     unload_all(server)
     loads = models(server)["alpha"]["loads"]
-    assert ask(client, "alpha").choices[0].message.content.startswith("Hello")
+    assert ask(client, "alpha").choices[0].message.content
     alpha = models(server)["alpha"]
     assert alpha["state"] == "ready" and alpha["loads"] == loads + 1
     assert alpha["memory_bytes"] == ledger(server)["used_bytes"] > 500 * 2**20  # measured, not assumed

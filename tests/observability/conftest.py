@@ -4,7 +4,6 @@ scrapes a live Inferno on loopback."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -22,36 +21,17 @@ from tests.conftest import ROOT, ServerProcess, wait_for
 
 DEPLOY = ROOT / "deploy"
 SCRAPE_INTERVAL_S = 1
-INSTALL_TIMEOUT_S = 600
-
-
-def _apt_install(package: str) -> str:
-    """Install a Debian package; returns what went wrong, or "" when it worked."""
-
-    def apt_get(*args: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        return subprocess.run(
-            ["apt-get", *args], capture_output=True, text=True, env=env, timeout=INSTALL_TIMEOUT_S, check=False
-        )
-
-    result = apt_get("install", "-y", "--no-install-recommends", package)
-    if result.returncode != 0:  # stale package lists, most likely: refresh them once
-        apt_get("update")
-        result = apt_get("install", "-y", "--no-install-recommends", package)
-    return "" if result.returncode == 0 else (result.stderr or result.stdout).strip()[-500:]
 
 
 @pytest.fixture(scope="session")
 def prometheus_tools() -> tuple[str, str]:
-    """Paths of `prometheus` and `promtool`, installing Debian's `prometheus` package when they are missing
-    and we may (root, apt-get present); skips with the reason otherwise."""
-    if not (shutil.which("prometheus") and shutil.which("promtool")):
-        if os.geteuid() != 0 or not shutil.which("apt-get"):
-            pytest.skip("prometheus is not installed, and installing Debian's package needs root and apt-get")
-        problem = _apt_install("prometheus")
-        if problem:
-            pytest.skip(f"prometheus is not installed and `apt-get install prometheus` failed: {problem}")
-    return shutil.which("prometheus"), shutil.which("promtool")
+    """Paths of `prometheus` and `promtool`. `make test` installs them (Debian's `prometheus` package) before the
+    suite runs; without them the observability tests fail, saying so, rather than skip."""
+    tools = shutil.which("prometheus"), shutil.which("promtool")
+    if not all(tools):
+        pytest.fail("prometheus and promtool are not installed: `make test-deps` installs Debian's prometheus "
+                    "package (or: apt-get install prometheus)")
+    return tools
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import openai
 import pytest
 
-from tests.conftest import DEFAULT_MODEL, ServerProcess
+from tests.conftest import DEFAULT_MODEL, ServerProcess, serve_alone
 from tests.observability.conftest import DEPLOY, Prometheus, http_get
 from tests.observability.promql import (
     exposed_families,
@@ -59,6 +59,12 @@ class Traffic:
         self.completion_tokens += usage.completion_tokens
         self.with_tokens += usage.completion_tokens > 0
         self.multi_token += usage.completion_tokens > 1
+
+
+@pytest.fixture(scope="module")
+def server(default_engine, tmp_path_factory):
+    """A server of its own: what Prometheus counts must be this module's traffic and nothing before it."""
+    yield from serve_alone(default_engine, tmp_path_factory, "prometheus")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,7 @@
-"""The OpenAI contract, through the official `openai` client, against the real server and the real model."""
+"""The OpenAI contract, through the official `openai` client, against the real server on every backend.
+
+What a model says depends on the machine (llama.cpp's quantised matmuls take other paths on other CPUs): these
+tests check properties of the answers, and compare answers with one another within the same run."""
 
 from __future__ import annotations
 
@@ -14,12 +17,9 @@ from tests.conftest import DEFAULT_MODEL, metric, wait_for
 
 pytestmark = pytest.mark.e2e
 
-CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
-
-
-@pytest.fixture(scope="module")
-def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=120)
+CAPITAL = [{"role": "user", "content": "Which city is the capital of France?"}]
+HI = [{"role": "user", "content": "Say hi"}]
+NATURAL_MAX = 200  # room enough for the model to end its answer to HI by itself
 
 
 def post_raw(server, path: str, body: bytes) -> tuple[int, dict, dict]:
@@ -31,13 +31,22 @@ def post_raw(server, path: str, body: bytes) -> tuple[int, dict, dict]:
         return exc.code, dict(exc.headers), json.loads(exc.read())
 
 
+def streamed_text(chunks) -> str:
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def assert_finish_agrees_with_usage(finish_reason: str, completion_tokens: int, max_tokens: int) -> None:
+    """`length` exactly when the answer used all of max_tokens; `stop` only before that."""
+    assert finish_reason in ("stop", "length")
+    assert (finish_reason == "length") == (completion_tokens == max_tokens), (finish_reason, completion_tokens)
+
+
 # -- happy paths ----------------------------------------------------------------------------------------------
-def test_chat_answers_the_capital_of_france(client):
-    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=CAPITAL, temperature=0)
+def test_chat_answers_with_the_openai_shape(client):
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, temperature=0, max_tokens=NATURAL_MAX)
     choice = reply.choices[0]
-    assert "Paris" in choice.message.content
-    assert choice.message.role == "assistant"
-    assert choice.finish_reason == "stop"
+    assert choice.message.content and choice.message.role == "assistant"
+    assert_finish_agrees_with_usage(choice.finish_reason, reply.usage.completion_tokens, NATURAL_MAX)
     assert reply.object == "chat.completion"
     assert reply.model == DEFAULT_MODEL
     assert reply.id.startswith("chatcmpl-")
@@ -49,20 +58,22 @@ def test_chat_answers_the_capital_of_france(client):
 def test_text_completion(client):
     reply = client.completions.create(model=DEFAULT_MODEL, prompt="The capital of France is", max_tokens=5, temperature=0)
     assert reply.object == "text_completion"
-    assert "Paris" in reply.choices[0].text
+    assert reply.choices[0].text
     assert reply.choices[0].finish_reason == "length"
     assert reply.usage.completion_tokens == 5
 
 
 def test_chat_stream_has_role_first_then_content_then_finish(client):
-    stream = client.chat.completions.create(model=DEFAULT_MODEL, messages=CAPITAL, temperature=0, stream=True)
+    stream = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, temperature=0, stream=True,
+                                            max_tokens=NATURAL_MAX)
     chunks = list(stream)
     first, last = chunks[0], chunks[-1]
     assert first.choices[0].delta.role == "assistant"
-    assert last.choices[0].finish_reason == "stop"
+    assert last.choices[0].finish_reason in ("stop", "length")
     assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
-    text = "".join(c.choices[0].delta.content or "" for c in chunks)
-    assert "Paris" in text
+    whole = client.chat.completions.create(model=DEFAULT_MODEL, messages=HI, temperature=0, max_tokens=NATURAL_MAX)
+    assert streamed_text(chunks) == whole.choices[0].message.content
+    assert last.choices[0].finish_reason == whole.choices[0].finish_reason
     assert all(c.usage is None for c in chunks)  # no usage unless asked for
 
 
@@ -71,12 +82,13 @@ def test_stream_equals_non_stream_for_greedy(client):
     stream = client.chat.completions.create(
         model=DEFAULT_MODEL, messages=CAPITAL, temperature=0, max_tokens=24, stream=True
     )
-    assert "".join(c.choices[0].delta.content or "" for c in stream) == whole.choices[0].message.content
+    assert streamed_text(stream) == whole.choices[0].message.content
 
 
 def test_include_usage_adds_a_final_usage_chunk(client):
     stream = client.chat.completions.create(
-        model=DEFAULT_MODEL, messages=CAPITAL, temperature=0, stream=True, stream_options={"include_usage": True}
+        model=DEFAULT_MODEL, messages=HI, temperature=0, stream=True, max_tokens=NATURAL_MAX,
+        stream_options={"include_usage": True},
     )
     chunks = list(stream)
     assert chunks[-1].choices == []
@@ -84,16 +96,27 @@ def test_include_usage_adds_a_final_usage_chunk(client):
     generated = sum(1 for c in chunks if c.choices and c.choices[0].delta.content)
     assert usage.completion_tokens >= generated > 0
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert_finish_agrees_with_usage(chunks[-2].choices[0].finish_reason, usage.completion_tokens, NATURAL_MAX)
     assert all(c.usage is None for c in chunks[:-1])
 
 
-def test_completion_stream(client):
-    stream = client.completions.create(
-        model=DEFAULT_MODEL, prompt="The capital of France is", max_tokens=6, temperature=0, stream=True
-    )
-    chunks = list(stream)
-    assert "Paris" in "".join(c.choices[0].text for c in chunks)
+def test_completion_stream_equals_the_whole_completion(client):
+    kwargs = dict(model=DEFAULT_MODEL, prompt="The capital of France is", max_tokens=6, temperature=0)
+    chunks = list(client.completions.create(stream=True, **kwargs))
+    whole = client.completions.create(**kwargs)
+    assert "".join(c.choices[0].text for c in chunks) == whole.choices[0].text != ""
     assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_a_longer_greedy_answer_continues_the_shorter_one(client):
+    """Greedy decoding is a prefix-consistent continuation: asking for more tokens extends the same answer."""
+    def complete(n):
+        return client.completions.create(model=DEFAULT_MODEL, prompt="Once upon a time", max_tokens=n, temperature=0,
+                                         extra_body={"ignore_eos": True})
+
+    short, long = complete(6), complete(18)
+    assert (short.usage.completion_tokens, long.usage.completion_tokens) == (6, 18)
+    assert long.choices[0].text.startswith(short.choices[0].text) and len(long.choices[0].text) > len(short.choices[0].text)
 
 
 def test_list_models(client):
@@ -130,29 +153,42 @@ def test_max_completion_tokens_is_honoured(client):
 COUNT = [{"role": "user", "content": "Count from 1 to 10, one number per line."}]
 
 
+def stop_string_in(text: str) -> tuple[str, int]:
+    """A two-character stop string from the second half of `text`, and where it first occurs: output stopped by
+    it must be exactly text[:where], whatever the model said."""
+    for where in range(len(text) // 2, len(text) - 1):
+        candidate = text[where:where + 2]
+        if candidate.strip() and text.find(candidate) == where:
+            return candidate, where
+    raise AssertionError(f"no stop string to pick from {text!r}")
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_stop_string_ends_output_and_is_not_included(client, stream):
-    unstopped = client.chat.completions.create(model=DEFAULT_MODEL, messages=COUNT, temperature=0, max_tokens=60)
+    unstopped = client.chat.completions.create(model=DEFAULT_MODEL, messages=COUNT, temperature=0, max_tokens=60,
+                                               extra_body={"ignore_eos": True})
     full = unstopped.choices[0].message.content
-    assert "4" in full, full
-    kwargs = dict(model=DEFAULT_MODEL, messages=COUNT, temperature=0, max_tokens=60, stop=["4"])
+    stop, where = stop_string_in(full)
+    kwargs = dict(model=DEFAULT_MODEL, messages=COUNT, temperature=0, max_tokens=60, stop=[stop],
+                  extra_body={"ignore_eos": True})
     if stream:
         chunks = list(client.chat.completions.create(stream=True, **kwargs))
-        text = "".join(c.choices[0].delta.content or "" for c in chunks)
+        text = streamed_text(chunks)
         finish = chunks[-1].choices[0].finish_reason
     else:
         reply = client.chat.completions.create(**kwargs)
         text, finish = reply.choices[0].message.content, reply.choices[0].finish_reason
     assert finish == "stop"
-    assert "4" not in text
-    assert text == full[: full.index("4")]
+    assert text == full[:where] and stop not in text
 
 
 def test_stop_as_a_single_string(client):
-    reply = client.completions.create(
-        model=DEFAULT_MODEL, prompt="1, 2, 3, 4, 5, 6,", max_tokens=20, temperature=0, stop=" 9"
-    )
-    assert " 9" not in reply.choices[0].text
+    kwargs = dict(model=DEFAULT_MODEL, prompt="1, 2, 3, 4, 5, 6,", max_tokens=20, temperature=0,
+                  extra_body={"ignore_eos": True})
+    full = client.completions.create(**kwargs).choices[0].text
+    stop, where = stop_string_in(full)
+    reply = client.completions.create(stop=stop, **kwargs)
+    assert reply.choices[0].text == full[:where]
     assert reply.choices[0].finish_reason == "stop"
 
 
@@ -258,12 +294,12 @@ def sixteen_streams(server, messages: list[dict], **extra) -> list[tuple[str, st
     return asyncio.run(burst())
 
 
-def test_sixteen_concurrent_streams_all_complete(server):
-    results = sixteen_streams(server, CAPITAL, max_tokens=32)
+def test_sixteen_concurrent_streams_all_complete_alike(server):
+    results = sixteen_streams(server, HI, max_tokens=32)
     assert len(results) == 16
-    assert all(finish == "stop" for _, finish in results)
-    assert all("Paris" in text for text, _ in results)
-    assert len({text for text, _ in results}) == 1  # same prompt, greedy: the same answer in one batch
+    assert len(set(results)) == 1  # same prompt, greedy: the same answer and ending in one batch
+    text, finish = results[0]
+    assert text and finish in ("stop", "length")
 
 
 # -- errors ---------------------------------------------------------------------------------------------------
