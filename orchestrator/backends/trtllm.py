@@ -55,13 +55,14 @@ def create(settings: BackendSettings) -> TrtllmBackend:
 class _Running:
     """What the backend keeps per executor request while it runs."""
 
-    __slots__ = ("end_tokens", "generated", "min_tokens", "name", "prompt_len", "reused_blocks", "top_logprobs",
-                 "unreported")
+    __slots__ = ("end_tokens", "generated", "min_tokens", "name", "prompt_len", "reused_blocks", "stop_tokens",
+                 "top_logprobs", "unreported")
 
     def __init__(self, name: str, request: EngineRequest, end_tokens: frozenset[int]):
         self.name = name
         self.top_logprobs = request.top_logprobs
         self.min_tokens = request.min_tokens
+        self.stop_tokens = end_tokens  # one-token stop words: they end the answer and are not part of it
         self.end_tokens = end_tokens if request.min_tokens else frozenset()  # watched here, not by the engine
         self.generated = 0
         self.prompt_len = len(request.prompt_ids)
@@ -78,6 +79,15 @@ class _Running:
         if self.unreported and self.reused_blocks is not None:
             delta.cached_tokens = cached_prompt_tokens(self.reused_blocks, tokens_per_block, self.prompt_len)
             self.unreported = False
+
+    def drop_stop_token(self, delta: TokenDelta) -> None:
+        """The engine puts the stop word it ended on into the output (reference: stop words are part of the
+        output); a stop token, like the end token, ends the answer without being part of it."""
+        if delta.finish is FinishReason.STOP and delta.token_ids and delta.token_ids[-1] in self.stop_tokens:
+            del delta.token_ids[-1]
+            for values in (delta.logprobs, delta.top_logprobs):
+                if values is not None:
+                    del values[len(delta.token_ids):]
 
     def cut_at_end_token(self, delta: TokenDelta) -> bool:
         """End the delta at the first watched end token past min_tokens; True if one was found."""
@@ -196,6 +206,7 @@ class TrtllmBackend:
                 self.cancel(running.name)  # ended here at a stop token: the engine's last words are dropped
                 update.final = True
             if update.final:
+                running.drop_stop_token(delta)
                 del self._running[update.request_id]
                 del self._ids[running.name]
             elif not delta.token_ids:

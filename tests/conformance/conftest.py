@@ -12,11 +12,29 @@ from pathlib import Path
 import openai
 import pytest
 
+from orchestrator.backends import Features, features_of
 from orchestrator.engine.manifest import Limits, load_manifest
-from tests.conftest import ServerProcess
+from tests.conftest import DEFAULT_MODEL, ServerProcess, start_server
+from tests.trtllm.conftest import double_env, make_trtllm_engine
 
-BACKENDS = ("hf", "llamacpp")
-ENGINE_FIXTURES = {"hf": "default_engine", "llamacpp": "gguf_engine"}
+BACKENDS = ("hf", "llamacpp", "trtllm")
+ENGINE_FIXTURES = {"hf": "default_engine", "llamacpp": "gguf_engine", "trtllm": "trtllm_double_engine"}
+
+
+@pytest.fixture(scope="session")
+def trtllm_double_engine(default_engine: Path, tmp_path_factory) -> Path:
+    """A TensorRT-LLM engine folder of SmolLM2's shape, for the test double of TensorRT-LLM's bindings (which
+    repeats the prompt as its answer: tests/doubles/tensorrt_llm/bindings/executor.py)."""
+    return make_trtllm_engine(default_engine, tmp_path_factory.mktemp("trtllm-engines"), DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="session")
+def trtllm_server(trtllm_double_engine: Path, tmp_path_factory):
+    """The session's server of the trtllm engine, its worker on the test double of TensorRT-LLM."""
+    proc = start_server(trtllm_double_engine.parent, tmp_path_factory.mktemp("trtllm-server") / "server.log",
+                        "--models", DEFAULT_MODEL, env=double_env())
+    yield proc
+    proc.stop()
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
@@ -43,3 +61,18 @@ def limits(served_engine: Path) -> Limits:
 @pytest.fixture(scope="session")
 def client(server: ServerProcess) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def features(served_engine: Path) -> Features:
+    """What this backend honours beyond what every backend must; the rest it refuses with a 400 naming the field."""
+    return features_of(load_manifest(served_engine))
+
+
+@pytest.fixture
+def a_real_model(backend: str) -> None:
+    """For tests of what a field does to a model's distribution: the TensorRT-LLM double has none (it repeats the
+    prompt), so those run on the real models; tests/trtllm checks that the fields reach TensorRT-LLM as its API
+    spells them."""
+    if backend == "trtllm":
+        pytest.skip("the TensorRT-LLM double repeats the prompt: it has no distribution for this field to change")

@@ -388,6 +388,7 @@ def test_closing_a_stream_cancels_the_request_in_the_engine(server, client):
         model=DEFAULT_MODEL,
         messages=[{"role": "user", "content": "Write a very long story about a dragon."}],
         max_tokens=1000,
+        extra_body={"ignore_eos": True},  # long on every backend, whatever the model would say
         stream=True,
     )
     for received, _ in enumerate(stream):
@@ -408,6 +409,7 @@ def test_a_non_streaming_client_that_times_out_is_cancelled(server):
             model=DEFAULT_MODEL,
             messages=[{"role": "user", "content": "Write a very long story about a dragon."}],
             max_tokens=1000,
+            extra_body={"ignore_eos": True},
         )
     wait_for(lambda: _cancelled(server) == before + 1, what="the request to be recorded as cancelled")
     wait_for(lambda: _idle(server), timeout=10, what="the engine to drop the request")

@@ -31,7 +31,8 @@ def kill_worker_mid_stream(server, client) -> tuple[int, openai.APIError, float]
     (the killed pid, the error the stream ended with, seconds from the kill to that error)."""
     client.completions.create(model=DEFAULT_MODEL, prompt="Hi", max_tokens=1)
     [pid] = worker_pids(server)
-    stream = client.chat.completions.create(model=DEFAULT_MODEL, messages=STORY, max_tokens=1000, stream=True)
+    stream = client.chat.completions.create(model=DEFAULT_MODEL, messages=STORY, max_tokens=1000, stream=True,
+                                            extra_body={"ignore_eos": True})  # long on every backend
     received = 0
     with pytest.raises(openai.APIError) as caught:
         for _ in stream:

@@ -1,5 +1,6 @@
 """The OpenAI contract on a trtllm engine, through the official client, the real server and its real worker.
 
+What is particular to TensorRT-LLM (the rest of the OpenAI contract runs on the double in tests/conformance).
 Runs twice: on the test double of TensorRT-LLM's bindings with a generated engine folder, and on the real
 TensorRT-LLM with an engine built by `make build-engine` where it is installed (skipped elsewhere). The
 expectations hold for any model; those that depend on what the double generates are marked so.
@@ -7,7 +8,6 @@ expectations hold for any model; those that depend on what the double generates 
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import openai
@@ -64,31 +64,6 @@ def test_the_doubles_answer_arrives_token_for_token(client, trt_server, double_o
     assert reply.usage.completion_tokens == end
 
 
-def test_max_tokens_ends_with_length(client, trt_server):
-    reply = _complete(client, trt_server, max_tokens=5)
-    assert reply.choices[0].finish_reason == "length"
-    assert reply.usage.completion_tokens == 5
-
-
-def test_greedy_stream_equals_the_whole_answer(client, trt_server):
-    whole = client.chat.completions.create(model=trt_server.model, messages=CAPITAL, temperature=0, max_tokens=24)
-    chunks = list(client.chat.completions.create(
-        model=trt_server.model, messages=CAPITAL, temperature=0, max_tokens=24, stream=True
-    ))
-    assert chunks[0].choices[0].delta.role == "assistant"
-    assert _text(chunks) == whole.choices[0].message.content
-    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
-
-
-def test_include_usage_adds_a_usage_chunk(client, trt_server):
-    chunks = list(client.chat.completions.create(
-        model=trt_server.model, messages=CAPITAL, temperature=0, max_tokens=16, stream=True,
-        stream_options={"include_usage": True},
-    ))
-    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
-    assert all(c.usage is None for c in chunks[:-1])
-
-
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("pick", ["inside the text", "a whole word"])
 def test_a_stop_string_ends_the_answer_and_is_left_out(client, trt_server, stream, pick):
@@ -116,46 +91,9 @@ def test_n_choices(client, trt_server):
     assert len({c.message.content for c in reply.choices}) > 1  # each choice samples with its own seed
 
 
-def test_n_choices_streamed(client, trt_server):
-    stream = client.chat.completions.create(model=trt_server.model, messages=CAPITAL, n=2, max_tokens=8,
-                                            stream=True, stream_options={"include_usage": True})
-    finishes, usage = {}, None
-    for chunk in stream:
-        for choice in chunk.choices:
-            if choice.finish_reason:
-                finishes[choice.index] = choice.finish_reason
-        usage = chunk.usage or usage
-    assert set(finishes) == {0, 1}
-    assert usage.completion_tokens >= 2
-
-
-def _sampled(client, trt_server, seed: int) -> str:
-    reply = client.completions.create(model=trt_server.model, prompt=STORY, temperature=1.0, max_tokens=12, seed=seed)
-    return reply.choices[0].text
-
-
-def test_a_seed_makes_sampling_repeatable(client, trt_server):
-    assert _sampled(client, trt_server, 1234) == _sampled(client, trt_server, 1234)
-    assert len({_sampled(client, trt_server, seed) for seed in (1, 2, 3, 4)}) > 1
-
-
 def test_penalties_are_honoured_by_this_backend(client, trt_server):
     reply = _complete(client, trt_server, max_tokens=8, presence_penalty=0.5, frequency_penalty=0.5)
     assert reply.choices[0].finish_reason == "length"
-
-
-def test_concurrent_streams_all_complete(trt_server):
-    async def one(client):
-        stream = await client.completions.create(model=trt_server.model, prompt=STORY, temperature=0, max_tokens=24,
-                                                 stream=True)
-        return "".join([chunk.choices[0].text async for chunk in stream])
-
-    async def burst():
-        client = openai.AsyncOpenAI(base_url=trt_server.api, api_key="unused", max_retries=0, timeout=120)
-        return await asyncio.gather(*(one(client) for _ in range(8)))
-
-    texts = asyncio.run(burst())
-    assert len(texts) == 8 and len(set(texts)) == 1 and texts[0]  # greedy, same prompt: one answer
 
 
 # -- cached prompt tokens ---------------------------------------------------------------------------------------
