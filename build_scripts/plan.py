@@ -88,7 +88,8 @@ class BuildSpec:
         where = {"trtllm": f"TP {self.tp_size} x PP {self.pp_size}, {self.arch}", "llamacpp": "llama.cpp on the CPU"}.get(
             target.backend, "any device")
         if target.backend == "llamacpp":
-            precision = "the GGUF file's own quantisation"
+            converted = f"{target.gguf_type}, converted from the GGUF file"
+            precision = converted if target.gguf_type else "the GGUF file's own quantisation"
         return f"{target.backend}: {target.engine_format}, {precision}, {where}"
 
 

@@ -18,6 +18,9 @@ from orchestrator.sim.memory import ModelShape
 
 Dtype = Literal["float32", "float16", "bfloat16"]
 QuantName = Literal["fp8"]  # the values `--quant` takes; a recipe lists the ones it allows
+# llama.cpp's unquantised weight types (llama_ftype names), which a llamacpp build can convert a GGUF file to. With
+# these, llama.cpp does not quantise the activations for the matmuls as it does for Q4 and Q8 weights.
+GgufType = Literal["F32", "F16", "BF16"]
 PluginDtype = Literal["auto", "float16", "bfloat16", "float32", "disable"]
 GemmPlugin = Literal["auto", "float16", "bfloat16", "float32", "fp8", "disable"]
 ARCH_PATTERN = r"^(sm\d{2,3}|any)$"
@@ -57,6 +60,17 @@ class Target(_Frozen):
     format: EngineFormat | None = None  # default: the manifest's IMPLIED_FORMAT for the backend
     dtype: Dtype
     arch: str | None = Field(None, pattern=ARCH_PATTERN)  # default: "any" for hf, "sm90" for trtllm
+    # llamacpp: the weights' type in the engine's file, converted at build time by llama.cpp's quantize API
+    # (build_scripts/gguf_requantize.py); None serves the source file as it is.
+    gguf_type: GgufType | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_default_gguf_type(self, handler):
+        """A target without gguf_type dumps (and fingerprints) as before the field existed."""
+        data = handler(self)
+        if self.gguf_type is None:
+            data.pop("gguf_type", None)
+        return data
 
     @property
     def engine_format(self) -> EngineFormat:
@@ -72,6 +86,9 @@ class Target(_Frozen):
             raise ValueError(f"the {self.backend} backend builds {DEFAULT_FORMAT[self.backend]}, not {self.format}")
         if self.backend == "trtllm" and self.target_arch == "any":
             raise ValueError("a TensorRT engine is built for one GPU architecture (e.g. sm90), not 'any'")
+        if self.gguf_type is not None and self.backend != "llamacpp":
+            raise ValueError(f"gguf_type {self.gguf_type!r} applies to llamacpp engines only (the type their GGUF "
+                             f"file is converted to); this target's backend is {self.backend}")
         return self
 
 

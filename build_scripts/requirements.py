@@ -16,6 +16,7 @@ TRTLLM_CONTAINER = release.CONTAINER
 DISK_MARGIN = 1.25  # temporary files and the log on top of the estimate
 SIM_DISK_BYTES = 50 * 10**6  # a tokenizer and two JSON files
 GGUF_BYTES_PER_PARAM = 1.07  # Q8_0, the largest common GGUF quantisation (the file is linked, or copied once)
+GGUF_TYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2}  # a recipe's target.gguf_type: the file written at build time
 ARCH_NAMES = {"sm80": "Ampere (A100)", "sm86": "Ampere", "sm89": "Ada (L4, L40S)", "sm90": "Hopper (H100, H200)",
               "sm100": "Blackwell (B200)", "sm120": "Blackwell"}
 
@@ -34,8 +35,9 @@ def arch_name(arch: str) -> str:
 
 
 def requirements(spec: BuildSpec) -> Requirements:
-    if spec.recipe.target.backend == "llamacpp":  # the GGUF file as it is: up to Q8_0's 8.5 bits per weight
-        weights = int(spec.recipe.parameters * GGUF_BYTES_PER_PARAM)
+    if spec.recipe.target.backend == "llamacpp":  # the GGUF file as it is (up to Q8_0's 8.5 bits), or converted
+        gguf_type = spec.recipe.target.gguf_type
+        weights = int(spec.recipe.parameters * (GGUF_TYPE_BYTES[gguf_type] if gguf_type else GGUF_BYTES_PER_PARAM))
         return Requirements(0, "any", int(weights * DISK_MARGIN), weights, "llama-cpp-python (pip install -e '.[llamacpp]')")
     weights = int(spec.recipe.parameters * spec.weight_bytes_per_param)
     if spec.recipe.target.backend == "sim":  # the weights are simulated: nothing of them is on disk or a GPU

