@@ -21,7 +21,12 @@ PYTEST_ARGS ?=
 LLAMA_CPP_PYTHON := 0.3.36
 LLAMA_DIR := .llama.cpp
 LLAMA_SRC := $(LLAMA_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON)
-LLAMA_BUILD := $(LLAMA_DIR)/build
+# Compiled for this CPU (-march=native) without Intel AMX: ggml's AMX kernels for Q4/Q8 weights crash with a
+# general protection fault at their first tile load on Sapphire Rapids VMs we run on (the kernel grants the
+# tiles; ldtilecfg still faults), so on x86 the AMX instructions are left out and those weights take the
+# AVX-512/AVX2 kernels. The folder's name changes with the flags, so an older build is not reused.
+LLAMA_CPU_FLAGS := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+LLAMA_BUILD := $(LLAMA_DIR)/build$(if $(LLAMA_CPU_FLAGS),-noamx)
 LLAMA_LIB := $(LLAMA_BUILD)/bin/libllama.so
 LLAMA_SERVER := $(LLAMA_BUILD)/bin/llama-server
 LLAMA_CMAKE_ARGS ?=
@@ -152,6 +157,7 @@ $(BIN)/cmake: | $(BIN)/python
 $(LLAMA_BUILD)/CMakeCache.txt: $(LLAMA_SRC)/vendor/llama.cpp/CMakeLists.txt | $(CMAKE)
 	$(CMAKE) -S $(LLAMA_SRC)/vendor/llama.cpp -B $(LLAMA_BUILD) $(if $(NINJA),-G Ninja) -DCMAKE_BUILD_TYPE=Release \
 		-DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+		$(if $(LLAMA_CPU_FLAGS),'-DCMAKE_C_FLAGS=$(LLAMA_CPU_FLAGS)' '-DCMAKE_CXX_FLAGS=$(LLAMA_CPU_FLAGS)') \
 		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
 		$(LLAMA_CMAKE_ARGS)
 

@@ -1,6 +1,6 @@
 """Inferno's llamacpp backend against llama.cpp's own llama-server: the same GGUF file, the same workload.
 
-    python -m bench.llamacpp_compare --engine engines/smollm2-135m --llama-server .llama.cpp/build/bin/llama-server
+    python -m bench.llamacpp_compare --engine engines/smollm2-135m --llama-server .llama.cpp/build-noamx/bin/llama-server
 
 The workload is `inferno bench`'s, sent to both servers the same way: 32 chat requests per level with seeded
 64-token prompts (counted with the engine's tokenizer and chat template), 64 output tokens each (`ignore_eos`
@@ -107,7 +107,7 @@ def summarise(rounds: list[list[dict]]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.llamacpp_compare", description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, default=Path("engines/smollm2-135m"))
-    parser.add_argument("--llama-server", type=Path, default=Path(".llama.cpp/build/bin/llama-server"))
+    parser.add_argument("--llama-server", type=Path, default=Path(".llama.cpp/build-noamx/bin/llama-server"))
     parser.add_argument("--levels", default="1,16")
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--isl", type=int, default=64)

@@ -22,7 +22,7 @@ from build_scripts.requirements import GGUF_TYPE_BYTES
 from build_scripts.sources import resolve_checkpoint
 from orchestrator.backends.llamacpp_api import FILE_TYPES
 from orchestrator.engine.manifest import load_manifest
-from tests.conftest import ROOT
+from tests.conftest import ROOT, build_engine
 
 GGUF_RECIPES = ("smollm2-135m", "smollm2-135m-q4", "llama3.1-8b-instruct-gguf", "qwen2.5-7b-instruct-gguf",
                 "mistral-7b-instruct-gguf")
@@ -139,3 +139,27 @@ def test_the_check_refuses_a_tokenizer_that_disagrees_with_llama_cpp(gguf_engine
     result = subprocess.run([sys.executable, "-m", "build_scripts.gguf_check", str(gguf_engine / "model.gguf"),
                              str(wrong), str(tmp_path / "facts.json")], capture_output=True, text=True, check=False)
     assert result.returncode == 1 and "disagrees with llama.cpp" in result.stderr
+
+
+QUANTISED_DECODE = """
+import json, sys
+from pathlib import Path
+from orchestrator.engine.request import EngineRequest
+from tests.llamacpp.harness import Engine, tokens
+engine = Engine(Path(sys.argv[1]))
+[deltas] = engine.run(EngineRequest("q4", engine.ids("The capital of France is"), max_new_tokens=8, ignore_eos=True))
+print(json.dumps(tokens(deltas)))
+engine.close()
+"""
+
+
+def test_the_wheels_q4_1_file_is_served_as_it_is_by_this_machines_llama_cpp():
+    """smollm2-135m-q4 through the backend: the machine's kernels for quantised weights run (an AMX build of
+    llama.cpp died at its first step on Sapphire Rapids VMs: the Makefile leaves AMX out). In a process of its
+    own, so that a crash fails this test alone."""
+    folder = build_engine("smollm2-135m-q4")
+    assert load_manifest(folder).quantization == "Q4_1"
+    result = subprocess.run([sys.executable, "-c", QUANTISED_DECODE, str(folder)], capture_output=True, text=True,
+                            cwd=ROOT, timeout=300, check=False)
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr[-2000:]}"
+    assert len(json.loads(result.stdout.splitlines()[-1])) == 8
