@@ -31,9 +31,9 @@ from tokenizers import Tokenizer
 from orchestrator.bench.report import write
 from orchestrator.bench.stats import percentile, rounded
 from orchestrator.structured.checker import GrammarChecker
-from orchestrator.structured.compile import compile_guide, new_compiler
+from orchestrator.structured.grammar.compile import compile_guide, new_compiler
+from orchestrator.structured.grammar.matcher import GrammarCache, GuidedBatchMasker
 from orchestrator.structured.guide import Guide, choice_guide, json_schema_guide
-from orchestrator.structured.matcher import GrammarCache, GuidedBatchMasker
 from orchestrator.structured.tool_formats import TOOL_FORMATS
 from orchestrator.structured.tool_grammar import tool_call_guide
 from orchestrator.structured.tools import ToolDefinition, plan_tools

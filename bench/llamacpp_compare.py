@@ -32,7 +32,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.backends.llamacpp import CELL_PADDING, default_threads, kv_layout
+from orchestrator.backends.llamacpp.backend import CELL_PADDING, default_threads, kv_layout
 from orchestrator.bench.report import write
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.launch import start_server

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.backends.llamacpp_api import Context, ContextShape, Model, SamplerChain
-from orchestrator.backends.llamacpp_sampling import SequenceSampler, sample
+from orchestrator.backends.llamacpp.api import Context, ContextShape, Model, SamplerChain
+from orchestrator.backends.llamacpp.sampling import SequenceSampler, sample
 from orchestrator.engine.request import EngineRequest, SamplingParams
 
 SETTINGS = {"greedy": (0.0, 1.0), "temperature 0.2, top_p 0.9 (SmolLM2's default)": (0.2, 0.9),

@@ -25,14 +25,14 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
-from orchestrator.backends.sim import THREAD_NAME, SimBackend
+from orchestrator.backends.sim.backend import THREAD_NAME, SimBackend
+from orchestrator.backends.sim.corpus import corpus_tokens
+from orchestrator.backends.sim.engine import SimEngine
+from orchestrator.backends.sim.spec import SimSpec, load_sim_spec
 from orchestrator.bench.record import RequestRecord
 from orchestrator.bench.stats import percentile, rounded
 from orchestrator.engine.manifest import EngineManifest, load_manifest
 from orchestrator.engine.request import EngineRequest, SamplingParams
-from orchestrator.sim.corpus import corpus_tokens
-from orchestrator.sim.engine import SimEngine
-from orchestrator.sim.spec import SimSpec, load_sim_spec
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -55,7 +55,7 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
 
 def _sim_arguments(parser: argparse.ArgumentParser) -> None:
     from build_scripts.sim_params import PARAMETERS_HELP
-    from orchestrator.sim.gpus import DEFAULT_GPU, GPUS
+    from orchestrator.engine.gpus import DEFAULT_GPU, GPUS
 
     group = parser.add_argument_group(
         "simulated engines (<model>-sim: no GPU, no checkpoint; see docs/simulation.md)"

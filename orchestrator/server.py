@@ -18,7 +18,7 @@ from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import discover
 from orchestrator.scheduler.scheduler import FAREWELL_S
 from orchestrator.scheduler.settings import SettingsError
-from orchestrator.sim.device import MixedEngines
+from orchestrator.scheduler.sim_device import MixedEngines
 
 log = logging.getLogger("inferno")
 

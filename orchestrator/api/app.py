@@ -49,8 +49,8 @@ from orchestrator.metrics.simulation import register_simulation_info
 from orchestrator.scheduler.observe import ModelSnapshot
 from orchestrator.scheduler.scheduler import Scheduler
 from orchestrator.structured.checker import GrammarChecker
-from orchestrator.worker.handle import WorkerSource
-from orchestrator.worker.pool import WorkerPool
+from orchestrator.supervisor.handle import WorkerSource
+from orchestrator.supervisor.pool import WorkerPool
 
 CHAT = Format("chat.completion", "chat.completion.chunk", chat=True)
 TEXT = Format("text_completion", "text_completion", chat=False)

@@ -18,8 +18,8 @@ from orchestrator.api.stall import watch_stalls
 from orchestrator.api.state import STATE
 from orchestrator.api.wire import _GenerationRequest
 from orchestrator.errors import InfernoError, error_body, kind_of
+from orchestrator.ipc.messages import TextDelta
 from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
-from orchestrator.worker.messages import TextDelta
 
 
 async def next_deltas(request: InferenceRequest) -> list[TextDelta]:

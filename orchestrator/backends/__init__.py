@@ -13,10 +13,10 @@ if TYPE_CHECKING:  # protocol.py imports the worker's messages, which import bac
     from orchestrator.backends.protocol import Backend, BackendSettings
 
 _MODULES = {
-    "hf": "orchestrator.backends.hf",
-    "trtllm": "orchestrator.backends.trtllm",
-    "sim": "orchestrator.backends.sim",
-    "llamacpp": "orchestrator.backends.llamacpp",
+    "hf": "orchestrator.backends.hf.backend",
+    "trtllm": "orchestrator.backends.trtllm.backend",
+    "sim": "orchestrator.backends.sim.backend",
+    "llamacpp": "orchestrator.backends.llamacpp.backend",
 }
 
 
@@ -54,7 +54,7 @@ class Features:
 _FEATURES = {
     "hf": Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True),
     "trtllm": Features(penalties=True, logprobs=True, top_logprobs=False, logit_bias=True, min_p=True),
-    # Synthetic text: log probabilities are synthetic but deterministic (orchestrator/sim/sequence.py); logit_bias
+    # Synthetic text: log probabilities are synthetic but deterministic (orchestrator/backends/sim/sequence.py); logit_bias
     # and penalties have no meaning for it and are refused. top_p, top_k and min_p are accepted and change
     # nothing: the simulator's text does not come from a distribution.
     "sim": Features(penalties=False, logprobs=True, top_logprobs=True, logit_bias=False, min_p=True, guided=False),

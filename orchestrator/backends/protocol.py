@@ -16,7 +16,7 @@ await responses, cancel, iteration stats, shutdown), and the engine step is the 
     close()          stop the engine; the worker process then exits and the memory goes back
 
 What `start` and `stats` return (LoadReport, BackendStats) crosses to the HTTP process, so it is defined with
-the other messages in worker/messages.py. A per-request failure is that request's ERROR delta and never stops
+the other messages in ipc/messages.py. A per-request failure is that request's ERROR delta and never stops
 the engine. When the engine itself stops for good, the backend calls `outputs.dead(reason)` once and delivers
 nothing more; the worker then fails every live request and exits, so the server loads the model afresh.
 """
@@ -33,7 +33,35 @@ from orchestrator.backends.options import BackendOptions, options_model
 from orchestrator.engine.manifest import EngineManifest
 from orchestrator.engine.request import EngineRequest, TokenDelta
 from orchestrator.errors import EngineDead, ModelUnavailable
-from orchestrator.worker.messages import BackendStats, LoadReport
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    """What a backend's `start` measured: where the engine runs and the KV cache it really took."""
+
+    device: str  # "cpu", "cuda:0"
+    kv_cache_bytes: int  # what the cache really took
+    kv_blocks: int
+    tokens_per_block: int
+    max_batch_size: int
+    # What the model holds on its device, where the backend knows it better than a measurement of the worker
+    # process can (a simulated GPU: weights + KV cache + runtime overhead). The memory ledger prefers it.
+    device_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BackendStats:
+    """A backend's `stats()`: its engine's numbers now, for /metrics and the admin API."""
+
+    running: int  # requests in the engine's batch
+    waiting: int  # submitted, not yet scheduled
+    kv_blocks_total: int
+    kv_blocks_free: int
+    kv_blocks_used: int
+    tokens_per_block: int
+    iterations: int  # engine steps so far
+    kv_blocks_reused: int | None = None  # cumulative prefix-cache hits in blocks, where the engine counts them
+    iteration_latency_ms: float | None = None  # latest step's latency, where the engine reports it
 
 
 @dataclass(frozen=True)

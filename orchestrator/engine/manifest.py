@@ -93,7 +93,7 @@ class SimulationFacts(_Frozen):
     """A simulated engine (backend "sim"): what it stands for. Its sizes elsewhere in the manifest (weights_bytes,
     kv_cache) are the simulated GPU's; its step-time parameters are in the folder's sim.json."""
 
-    gpu: str  # the simulated GPU, e.g. "h100-sxm" (orchestrator/sim/gpus.py)
+    gpu: str  # the simulated GPU, e.g. "h100-sxm" (orchestrator/engine/gpus.py)
     gpu_count: int = Field(1, ge=1)  # GPUs the engine spans (its tensor-parallel size)
     precision: Literal["fp8", "bf16"]  # weights and KV cache
     speedup: float = Field(1.0, gt=0)  # simulated time runs this many times faster than the GPU's
@@ -103,7 +103,7 @@ class SimulationFacts(_Frozen):
     @field_validator("gpu")
     @classmethod
     def _known_gpu(cls, gpu: str) -> str:
-        from orchestrator.sim.gpus import find_gpu
+        from orchestrator.engine.gpus import find_gpu
 
         find_gpu(gpu)  # ValueError naming the GPUs this version simulates
         return gpu

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from orchestrator.backends.protocol import BackendStats
 from orchestrator.metrics.scheduler_gauges import device_families, model_families
 from orchestrator.scheduler.scheduler import Scheduler
-from orchestrator.worker.messages import BackendStats
 
 STATS_TIMEOUT_S = 0.5
 

@@ -1,4 +1,4 @@
-"""Which models are simulated (backend "sim", orchestrator/sim/): an info series per simulated model, so a
+"""Which models are simulated (backend "sim", orchestrator/backends/sim/): an info series per simulated model, so a
 dashboard or an alert can tell GPU rates that were simulated from measured ones."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A model's footprint is estimated from its manifest (weights + KV cache budget + runtime overhead) until it
 has been loaded once; then it is measured (the worker's GPU memory through NVML, or its resident memory on
 the CPU) and the measurement replaces the estimate, for this load and the next ones. A worker on a simulated
-GPU (orchestrator/sim/device.py) reports what it holds there instead, and that report is taken as is.
+GPU (orchestrator/scheduler/sim_device.py) reports what it holds there instead, and that report is taken as is.
 """
 
 from __future__ import annotations

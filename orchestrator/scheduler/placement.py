@@ -16,6 +16,7 @@ from collections.abc import Callable
 from orchestrator.backends.options import options_for
 from orchestrator.config import ServerConfig
 from orchestrator.errors import InfernoError, ModelUnavailable
+from orchestrator.ipc.messages import LoadSpec
 from orchestrator.scheduler import policy
 from orchestrator.scheduler.admission import RETRY_AFTER_BUSY_S
 from orchestrator.scheduler.ledger import MemoryLedger
@@ -23,8 +24,7 @@ from orchestrator.scheduler.observe import SchedulerEvents
 from orchestrator.scheduler.policy import Placement, Resident
 from orchestrator.scheduler.recovery import Recovery
 from orchestrator.scheduler.slots import ModelSlot, ModelState
-from orchestrator.worker.handle import WorkerHandle, WorkerSource
-from orchestrator.worker.messages import LoadSpec
+from orchestrator.supervisor.handle import WorkerHandle, WorkerSource
 
 log = logging.getLogger(__name__)
 

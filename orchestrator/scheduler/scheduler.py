@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
+from orchestrator.backends.protocol import BackendStats
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import Catalogue
 from orchestrator.errors import (
@@ -31,6 +32,7 @@ from orchestrator.errors import (
     ShuttingDown,
     WorkerCrashed,
 )
+from orchestrator.ipc.messages import TextDelta
 from orchestrator.lifecycle import InferenceRequest, RequestStatus
 from orchestrator.scheduler.admin import AdminOperations
 from orchestrator.scheduler.admission import RETRY_AFTER_SHUTDOWN_S, AdmissionControl
@@ -38,10 +40,9 @@ from orchestrator.scheduler.ledger import DeviceProbe, MemoryLedger, detect_prob
 from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot, NoEvents, SchedulerEvents
 from orchestrator.scheduler.placement import ModelPlacement
 from orchestrator.scheduler.settings import Priority
+from orchestrator.scheduler.sim_device import simulated_device
 from orchestrator.scheduler.slots import ModelSlot, ModelState, build_slots
-from orchestrator.sim.device import simulated_device
-from orchestrator.worker.handle import WorkerHandle, WorkerSource
-from orchestrator.worker.messages import BackendStats, TextDelta
+from orchestrator.supervisor.handle import WorkerHandle, WorkerSource
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from orchestrator.engine.catalogue import Catalogue, Engine
 from orchestrator.scheduler.observe import ModelSnapshot
 from orchestrator.scheduler.policy import ModelLoad
 from orchestrator.scheduler.settings import ModelSettings, Priority, load_model_settings
-from orchestrator.worker.handle import WorkerHandle
+from orchestrator.supervisor.handle import WorkerHandle
 
 
 class ModelState(StrEnum):

@@ -65,7 +65,7 @@ class GrammarChecker:
         self.time_limit_s = time_limit_s
         self.start_time_limit_s = start_time_limit_s
         self._cache_entries = cache_entries
-        self._command = [python, "-m", "orchestrator.structured.checker_process", "--threads", str(threads)]
+        self._command = [python, "-m", "orchestrator.structured.grammar.checker_process", "--threads", str(threads)]
         self._outcomes: OrderedDict[str, _Outcome] = OrderedDict()
         self._inflight: dict[str, asyncio.Task] = {}
         self._lock = asyncio.Lock()

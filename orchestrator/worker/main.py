@@ -3,7 +3,7 @@
     python -m orchestrator.worker --fd N [--preload hf,trtllm] [--log-level info]
 
 It starts without a model: it imports the backends' runtimes (`--preload`), says "idle", and waits for a
-"load" message naming the engine (every message, both ways: worker/messages.py). The server keeps one such
+"load" message naming the engine (every message, both ways: ipc/messages.py). The server keeps one such
 spare ready, so loading a model costs only the engine's own load, not starting Python and importing torch.
 
 Ending this process is how a model is unloaded: its memory (host and device) goes back with it. If the
@@ -30,11 +30,8 @@ from orchestrator.backends.protocol import Backend, BackendSettings
 from orchestrator.engine.manifest import ChatFormat, load_manifest
 from orchestrator.engine.request import EngineRequest, TokenDelta, check_request
 from orchestrator.errors import EngineDead, EngineError, InfernoError, OutOfMemory
-from orchestrator.structured.tool_formats import tool_format
-from orchestrator.text.byte_level import ByteLevelPieces
-from orchestrator.worker.channels import OutputChannels
-from orchestrator.worker.ipc import Channel, ChannelClosed
-from orchestrator.worker.messages import (
+from orchestrator.ipc.channel import Channel, ChannelClosed
+from orchestrator.ipc.messages import (
     Cancel,
     Idle,
     LoadFailed,
@@ -49,6 +46,9 @@ from orchestrator.worker.messages import (
     WorkerReady,
     decode_to_worker,
 )
+from orchestrator.structured.tool_formats import tool_format
+from orchestrator.text.byte_level import ByteLevelPieces
+from orchestrator.worker.channels import OutputChannels
 from orchestrator.worker.outputs import SequenceOutput, TokenTexts
 
 log = logging.getLogger("inferno.worker")

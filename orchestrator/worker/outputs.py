@@ -10,10 +10,10 @@ from tokenizers import Tokenizer
 
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.errors import EngineError, to_wire
+from orchestrator.ipc.messages import TextDelta
 from orchestrator.text.byte_level import ByteLevelPieces
 from orchestrator.text.detokenizer import IncrementalDetokenizer, StopMatcher
 from orchestrator.worker.channels import OutputChannels
-from orchestrator.worker.messages import TextDelta
 
 
 class TokenTexts:

@@ -11,15 +11,15 @@ from tokenizers import Tokenizer
 
 pytest.importorskip("torch")
 
-from orchestrator.backends import hf
+from orchestrator.backends.hf import backend as hf
 from orchestrator.backends.options import HfOptions
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
 from orchestrator.errors import EngineDead
-from orchestrator.worker.ipc import Channel
+from orchestrator.ipc.channel import Channel
+from orchestrator.ipc.messages import Submit, TextDelta
 from orchestrator.worker.main import Worker
-from orchestrator.worker.messages import Submit, TextDelta
 
 REQUEST = EngineRequest("r.0", (1, 4093, 198, 6004, 2), max_new_tokens=4, sampling=SamplingParams(temperature=0.0))
 

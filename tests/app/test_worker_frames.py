@@ -13,16 +13,14 @@ from tokenizers import Tokenizer
 
 pytest.importorskip("torch")
 
-from orchestrator.backends import hf
+from orchestrator.backends.hf import backend as hf
 from orchestrator.backends.options import HfOptions
 from orchestrator.backends.protocol import BackendSettings
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
 from orchestrator.errors import ModelUnavailable, WorkerCrashed
-from orchestrator.worker.client import WorkerClient
-from orchestrator.worker.ipc import Channel
-from orchestrator.worker.main import Worker
-from orchestrator.worker.messages import (
+from orchestrator.ipc.channel import Channel
+from orchestrator.ipc.messages import (
     Idle,
     LoadReport,
     LoadSpec,
@@ -34,7 +32,9 @@ from orchestrator.worker.messages import (
     decode_from_worker,
     decode_to_worker,
 )
-from orchestrator.worker.process import WorkerProcess
+from orchestrator.supervisor.client import WorkerClient
+from orchestrator.supervisor.process import WorkerProcess
+from orchestrator.worker.main import Worker
 
 GOOD = EngineRequest("good.0", (1, 4093, 198, 6004, 2), max_new_tokens=2, sampling=SamplingParams(temperature=0.0))
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+from orchestrator.backends.protocol import BackendStats, LoadReport
 from orchestrator.engine.request import EngineRequest, FinishReason
 from orchestrator.errors import InfernoError, ModelUnavailable, WorkerCrashed, to_wire
+from orchestrator.ipc.messages import LoadSpec, TextDelta, WorkerReady
 from orchestrator.scheduler.ledger import DeviceReading
-from orchestrator.worker.handle import OnExit, Sink
-from orchestrator.worker.messages import BackendStats, LoadReport, LoadSpec, TextDelta, WorkerReady
+from orchestrator.supervisor.handle import OnExit, Sink
 
 FIRST_PID = 10_000_000  # above Linux's largest pid: never a real process
 

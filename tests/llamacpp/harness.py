@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from orchestrator.backends.llamacpp import create
+from orchestrator.backends.llamacpp.backend import create
 from orchestrator.backends.options import LlamaCppOptions
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.engine.manifest import load_manifest

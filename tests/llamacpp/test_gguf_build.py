@@ -20,7 +20,7 @@ from build_scripts.preflight import preflight
 from build_scripts.recipe import GgufType
 from build_scripts.requirements import GGUF_TYPE_BYTES
 from build_scripts.sources import resolve_checkpoint
-from orchestrator.backends.llamacpp_api import FILE_TYPES
+from orchestrator.backends.llamacpp.api import FILE_TYPES
 from orchestrator.engine.manifest import load_manifest
 from tests.conftest import ROOT, build_engine
 

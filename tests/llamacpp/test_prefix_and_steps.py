@@ -3,9 +3,9 @@ the RAM prompt cache keeps, and what one engine step computes."""
 
 from __future__ import annotations
 
-from orchestrator.backends.llamacpp import kv_layout
-from orchestrator.backends.llamacpp_cache import RamPromptCache, Slot, common_prefix, place, worth_saving
-from orchestrator.backends.llamacpp_step import plan_step
+from orchestrator.backends.llamacpp.backend import kv_layout
+from orchestrator.backends.llamacpp.cache import RamPromptCache, Slot, common_prefix, place, worth_saving
+from orchestrator.backends.llamacpp.step import plan_step
 
 
 def test_common_prefix():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.backends.llamacpp_sampling import SequenceSampler, draw_key, sample
+from orchestrator.backends.llamacpp.sampling import SequenceSampler, draw_key, sample
 from orchestrator.engine.request import EngineRequest, SamplingParams
 
 VOCAB = 50

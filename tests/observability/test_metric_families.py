@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from orchestrator.backends.protocol import BackendStats
 from orchestrator.engine.request import EngineRequest
 from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
 from orchestrator.metrics.engine_collector import engine_families
@@ -22,7 +23,6 @@ from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.metrics.scheduler_events import SchedulerMetrics
 from orchestrator.metrics.scheduler_gauges import device_families, model_families
 from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot, SchedulerEvents
-from orchestrator.worker.messages import BackendStats
 
 
 class Families:

@@ -62,7 +62,7 @@ def test_a_drain_that_runs_out_of_time_ends_what_runs_and_stops_the_workers(tmp_
 
 
 def test_the_scheduler_tells_its_workers_when_the_server_turns_busy_and_quiet(tmp_path):
-    """The spare-worker refill policy (worker/pool.py) is timed by these calls."""
+    """The spare-worker refill policy (supervisor/pool.py) is timed by these calls."""
 
     async def go():
         scheduler, workers, _ = make_scheduler(tmp_path, {"alpha": 1}, 2)

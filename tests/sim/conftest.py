@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from build_scripts.cli import build_command
+from orchestrator.backends.sim.engine import SimEngine
+from orchestrator.backends.sim.step_time import CALIBRATED
 from orchestrator.engine.manifest import Limits, load_manifest
 from orchestrator.engine.request import EngineRequest, SamplingParams, TokenDelta
-from orchestrator.sim.engine import SimEngine
-from orchestrator.sim.step_time import CALIBRATED
 
 CORPUS = tuple(range(1000, 1200))  # token ids the pure engine tests generate from
 SIM_MODEL = "llama3.1-8b-sim"

@@ -14,13 +14,13 @@ from tokenizers import Tokenizer
 from orchestrator.backends import create_backend, features_of
 from orchestrator.backends.options import SimOptions
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
-from orchestrator.backends.sim import THREAD_NAME
+from orchestrator.backends.sim.backend import THREAD_NAME
+from orchestrator.backends.sim.corpus import CORPUS
+from orchestrator.backends.sim.memory import device_bytes
+from orchestrator.backends.sim.spec import load_sim_spec
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
 from orchestrator.errors import ModelUnavailable, UnsupportedParameter
-from orchestrator.sim.corpus import CORPUS
-from orchestrator.sim.memory import device_bytes
-from orchestrator.sim.spec import load_sim_spec
 
 
 def in_loop(test):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.sim.blocks import BlockPool, prefix_hashes
+from orchestrator.backends.sim.blocks import BlockPool, prefix_hashes
 
 
 def test_allocations_come_from_reservations_and_go_back():

@@ -10,9 +10,9 @@ import pytest
 from build_scripts.catalog import load_catalog
 from build_scripts.catalog_view import render_catalog
 from build_scripts.cli import _parser
+from orchestrator.backends.sim.spec import load_sim_spec
+from orchestrator.backends.sim.step_time import CALIBRATED
 from orchestrator.engine.manifest import EngineRefused, load_manifest
-from orchestrator.sim.spec import load_sim_spec
-from orchestrator.sim.step_time import CALIBRATED
 from tests.sim.conftest import SIM_MODEL, build, build_fast
 
 

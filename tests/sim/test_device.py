@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.engine.catalogue import Engine
+from orchestrator.engine.gpus import GPUS
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.scheduler.ledger import HostProbe, MemoryLedger
-from orchestrator.sim.device import MixedEngines, SimulatedDevice, simulated_device
-from orchestrator.sim.gpus import GPUS
+from orchestrator.scheduler.sim_device import MixedEngines, SimulatedDevice, simulated_device
 from tests.sim.conftest import build_fast, real_engine_folder
 
 GIB = 2**30

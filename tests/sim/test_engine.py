@@ -6,9 +6,9 @@ import math
 
 import pytest
 
+from orchestrator.backends.sim.step_time import CALIBRATED
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
 from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
-from orchestrator.sim.step_time import CALIBRATED
 from tests.sim.conftest import CORPUS, make_engine, request, run_to_end, tokens
 
 FP8 = CALIBRATED["fp8"]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.sim.gpus import GPUS
-from orchestrator.sim.memory import (
+from orchestrator.backends.sim.memory import (
     default_kv_budget,
     device_bytes,
     kv_bytes_per_token,
@@ -13,7 +12,8 @@ from orchestrator.sim.memory import (
     runtime_overhead_bytes,
     weights_bytes,
 )
-from orchestrator.sim.step_time import REFERENCE_PARAMETERS, REFERENCE_SHAPE
+from orchestrator.backends.sim.step_time import REFERENCE_PARAMETERS, REFERENCE_SHAPE
+from orchestrator.engine.gpus import GPUS
 
 
 def test_kv_bytes_per_token_of_llama_3_1_8b():

@@ -9,9 +9,9 @@ import urllib.request
 import openai
 import pytest
 
+from orchestrator.backends.sim.spec import load_sim_spec
+from orchestrator.engine.gpus import GPUS
 from orchestrator.engine.manifest import load_manifest
-from orchestrator.sim.gpus import GPUS
-from orchestrator.sim.spec import load_sim_spec
 from tests.conftest import copy_engine, metric, start_server
 from tests.sim.conftest import build_fast
 

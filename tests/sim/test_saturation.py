@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.backends.sim.engine import SimEngine
+from orchestrator.backends.sim.step_time import CALIBRATED
 from orchestrator.engine.manifest import Limits
 from orchestrator.engine.request import EngineRequest, SamplingParams
-from orchestrator.sim.engine import SimEngine
-from orchestrator.sim.step_time import CALIBRATED
 
 H100_FP8_KV_TOKENS = 994_912  # llama3.1-8b-sim's default KV capacity (test_memory)
 

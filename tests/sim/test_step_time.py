@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.sim.gpus import GPUS
-from orchestrator.sim.memory import ModelShape
-from orchestrator.sim.step_time import CALIBRATED, REFERENCE_PARAMETERS, REFERENCE_SHAPE, derive
+from orchestrator.backends.sim.memory import ModelShape
+from orchestrator.backends.sim.step_time import CALIBRATED, REFERENCE_PARAMETERS, REFERENCE_SHAPE, derive
+from orchestrator.engine.gpus import GPUS
 
 # Predicted decode step (ms) for B sequences of ctx tokens each: FP8 1k, 2k, 4k, then BF16 1k, 2k, 4k.
 DECODE = {

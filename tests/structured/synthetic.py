@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from orchestrator.structured.matcher import GrammarCache, GuidedBatchMasker, GuidedState
+from orchestrator.structured.grammar.matcher import GrammarCache, GuidedBatchMasker, GuidedState
 from orchestrator.text.detokenizer import IncrementalDetokenizer
 
 

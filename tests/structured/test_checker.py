@@ -162,7 +162,7 @@ def test_the_checker_process_speaks_one_json_line_per_request(smollm2_vocab_dir)
     import subprocess
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.structured.checker_process"],
+        [sys.executable, "-m", "orchestrator.structured.grammar.checker_process"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.structured.compile import compile_guide
+from orchestrator.structured.grammar.compile import compile_guide
+from orchestrator.structured.grammar.lowering import structural_tag_as_ebnf
+from orchestrator.structured.grammar.matcher import GrammarCache
 from orchestrator.structured.guide import Guide
-from orchestrator.structured.lowering import structural_tag_as_ebnf
-from orchestrator.structured.matcher import GrammarCache
 from orchestrator.structured.reasoning import after_reasoning
 from orchestrator.structured.tool_formats import TOOL_FORMATS
 from orchestrator.structured.tool_grammar import tool_call_guide

@@ -11,8 +11,8 @@ import torch
 import xgrammar as xgr
 from pydantic import BaseModel
 
+from orchestrator.structured.grammar.matcher import GrammarCache, GuidedBatchMasker, _apply_with_torch
 from orchestrator.structured.guide import Guide, json_schema_guide
-from orchestrator.structured.matcher import GrammarCache, GuidedBatchMasker, _apply_with_torch
 from orchestrator.structured.vocabulary import load_vocabulary
 
 from .synthetic import greedy_decode

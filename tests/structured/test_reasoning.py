@@ -10,8 +10,8 @@ import pytest
 from pydantic import BaseModel
 from tokenizers import Tokenizer
 
+from orchestrator.structured.grammar.matcher import GrammarCache
 from orchestrator.structured.guide import Guide, json_schema_guide
-from orchestrator.structured.matcher import GrammarCache
 from orchestrator.structured.reasoning import ReasoningDelta, ReasoningSplitter, after_reasoning
 from orchestrator.structured.tool_formats import TOOL_FORMATS
 from orchestrator.structured.tool_grammar import tool_call_guide

@@ -10,7 +10,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.structured.matcher import GrammarCache
+from orchestrator.structured.grammar.matcher import GrammarCache
 from orchestrator.structured.tool_formats import TOOL_FORMATS
 from orchestrator.structured.tool_grammar import tool_call_guide
 from orchestrator.structured.tool_parsers import ToolCallParser

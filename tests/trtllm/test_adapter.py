@@ -15,12 +15,12 @@ from tokenizers import Tokenizer
 
 from orchestrator.backends.options import parse_options
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
-from orchestrator.backends.trtllm import TrtllmBackend, _Running
-from orchestrator.backends.trtllm_config import FREE_MEMORY_CAP, build_executor_config
-from orchestrator.backends.trtllm_requests import RequestBuilder, engine_priority
-from orchestrator.backends.trtllm_responses import ResponseReader, cached_prompt_tokens
-from orchestrator.backends.trtllm_runtime import Runtime, check_engine_matches_runtime, load_runtime
-from orchestrator.backends.trtllm_stats import IterationStatsReader
+from orchestrator.backends.trtllm.backend import TrtllmBackend, _Running
+from orchestrator.backends.trtllm.config import FREE_MEMORY_CAP, build_executor_config
+from orchestrator.backends.trtllm.requests import RequestBuilder, engine_priority
+from orchestrator.backends.trtllm.responses import ResponseReader, cached_prompt_tokens
+from orchestrator.backends.trtllm.runtime import Runtime, check_engine_matches_runtime, load_runtime
+from orchestrator.backends.trtllm.stats import IterationStatsReader
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
 from orchestrator.errors import BackendUnavailable, EngineError, ModelUnavailable, QueueFull
@@ -528,7 +528,7 @@ def test_closing_cancels_live_requests_because_shutdown_drains(trt, runtime, eng
     ("", []),
 ])
 def test_gpus_are_read_in_the_order_cuda_numbers_them(monkeypatch, visible, expected):
-    from orchestrator.backends.trtllm_runtime import visible_gpus
+    from orchestrator.backends.trtllm.runtime import visible_gpus
 
     nvml = FakeNvml([FakeGpu("GPU-a100", "A100", (8, 0)), FakeGpu("GPU-h100", "H100", (9, 0)),
                      FakeGpu("GPU-l40s", "L40S", (8, 9))])

@@ -112,9 +112,9 @@ def test_the_doubles_argument_rules_follow_the_reference(reference, double):
 def _drive_the_adapter(bindings, default_engine: Path, tmp_path: Path) -> None:
     """Everything the adapter does in a model's life: load, warm up, generate with every option it maps,
     hit a stop word, cancel, meet an error response, read stats, build a multi-GPU config, shut down."""
-    from orchestrator.backends.trtllm import TrtllmBackend
-    from orchestrator.backends.trtllm_config import build_executor_config
-    from orchestrator.backends.trtllm_runtime import Runtime
+    from orchestrator.backends.trtllm.backend import TrtllmBackend
+    from orchestrator.backends.trtllm.config import build_executor_config
+    from orchestrator.backends.trtllm.runtime import Runtime
 
     runtime = Runtime(bindings=bindings, version="1.2.1", package_dir=DOUBLES / "tensorrt_llm")
     folder = make_trtllm_engine(default_engine, tmp_path, "recorded", build={"max_input_len": 40})

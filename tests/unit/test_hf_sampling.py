@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 torch = pytest.importorskip("torch")
-from orchestrator.backends import hf_sampling as hs  # noqa: E402
+from orchestrator.backends.hf import sampling as hs  # noqa: E402
 
 
 def request(prompt_len: int = 10, generated: int = 0, **kwargs):

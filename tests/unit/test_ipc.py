@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from orchestrator.worker.ipc import HEADER, Channel, ChannelClosed, FrameTooLarge, encode_frame, read_frame
+from orchestrator.ipc.channel import HEADER, Channel, ChannelClosed, FrameTooLarge, encode_frame, read_frame
 
 
 def reader_with(data: bytes, eof: bool = True) -> asyncio.StreamReader:

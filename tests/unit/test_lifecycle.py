@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from orchestrator.engine.request import EngineRequest, FinishReason
 from orchestrator.errors import WorkerCrashed, to_wire
+from orchestrator.ipc.messages import TextDelta
 from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
-from orchestrator.worker.messages import TextDelta
 
 
 def make(n: int = 2) -> InferenceRequest:

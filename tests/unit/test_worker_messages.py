@@ -1,10 +1,11 @@
-"""Every message between the HTTP process and a worker (worker/messages.py): each survives the real framing
+"""Every message between the HTTP process and a worker (ipc/messages.py): each survives the real framing
 (orjson over ipc.py's frames) unchanged, and a frame that is not exactly its message is refused, naming why.
 Requests and rows are made from the real SmolLM2 engine folder: its chat template, tokenizer and manifest."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,8 @@ from orchestrator.config import load_config
 from orchestrator.engine.catalogue import discover
 from orchestrator.engine.request import FinishReason, TokenDelta
 from orchestrator.errors import ModelUnavailable, OutOfMemory
-from orchestrator.worker.ipc import encode_frame, read_frame
-from orchestrator.worker.messages import (
+from orchestrator.ipc.channel import encode_frame, read_frame
+from orchestrator.ipc.messages import (
     FROM_WORKER,
     TO_WORKER,
     BackendStats,
@@ -143,7 +144,7 @@ def test_step_rows_cross_as_the_worker_made_them(engine, tokenizer):
 
 
 # -- refusals ------------------------------------------------------------------------------------------------------
-GOOD_STATS = BackendStats(1, 0, 64, 60, 4, 16, 9).to_wire()
+GOOD_STATS = asdict(BackendStats(1, 0, 64, 60, 4, 16, 9))
 
 
 @pytest.mark.parametrize(("frame", "why"), [
@@ -185,7 +186,7 @@ def test_a_submit_whose_request_cannot_be_read_is_refused_naming_the_request(eng
     ({"kind": "idle"}, "needs 'pid'"),
     ({"kind": "ready", "pid": 1, "rss_bytes": 2, "load": {"device": "cpu"}}, "frame's load needs 'kv_cache_bytes'"),
     ({"kind": "ready", "pid": 1, "rss_bytes": 2,
-      "load": {**LoadReport("cpu", 1, 1, 1, 1).to_wire(), "kind": "x"}}, "frame's load has unknown field(s) kind"),
+      "load": {**asdict(LoadReport("cpu", 1, 1, 1, 1)), "kind": "x"}}, "frame's load has unknown field(s) kind"),
     ({"kind": "failed", "error": {"message": "m"}}, "frame's error needs 'kind'"),
     ({"kind": "stats", "seq": 1, "stats": {**GOOD_STATS, "running": None}}, "'running' must be int (got None)"),
     ({"kind": "stats", "seq": 1, "stats": {**GOOD_STATS, "speed": 3}}, "unknown field(s) speed"),

@@ -1,4 +1,4 @@
-"""The spare-worker refill policy (worker/pool.py), on virtual time, with processes that start at once."""
+"""The spare-worker refill policy (supervisor/pool.py), on virtual time, with processes that start at once."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from orchestrator.worker.pool import QUIET_BEFORE_REFILL_S, WorkerPool, refill_mode
+from orchestrator.supervisor.pool import QUIET_BEFORE_REFILL_S, WorkerPool, refill_mode
 from tests.fakes.clock import run_virtual
 
 

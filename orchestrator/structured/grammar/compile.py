@@ -11,7 +11,7 @@ import re
 
 import xgrammar as xgr
 
-from orchestrator.structured.lowering import structural_tag_as_ebnf
+from orchestrator.structured.grammar.lowering import structural_tag_as_ebnf
 from orchestrator.structured.vocabulary import Vocabulary
 
 XGRAMMAR_VERSION = "0.1.25"  # the version TensorRT-LLM 1.2 pins; compile results must agree with the engine's

@@ -12,10 +12,15 @@ import logging
 import threading
 
 from orchestrator.backends.options import HfOptions
-from orchestrator.backends.protocol import BackendSettings, EngineOutputs, RequestStreams
+from orchestrator.backends.protocol import (
+    BackendSettings,
+    BackendStats,
+    EngineOutputs,
+    LoadReport,
+    RequestStreams,
+)
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.errors import BackendUnavailable, EngineDead, EngineError
-from orchestrator.worker.messages import BackendStats, LoadReport
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +34,7 @@ def preload() -> None:
     import transformers
     from transformers.generation.continuous_batching import continuous_api  # noqa: F401
 
-    from orchestrator.backends import hf_sampling  # noqa: F401
+    from orchestrator.backends.hf import sampling as hf_sampling  # noqa: F401
 
     transformers.AutoModelForCausalLM  # noqa: B018 (resolves the lazy module)
     transformers.LlamaForCausalLM  # noqa: B018
@@ -116,7 +121,7 @@ class HfBackend:
         self._outputs: EngineOutputs | None = None
         self._live: dict[str, _Live] = {}
         self._logprobs = None  # hf_sampling.LogprobRecords of the manager's processors
-        self._grammars = None  # structured.matcher.GrammarCache, made with the first constrained request
+        self._grammars = None  # structured.grammar.matcher.GrammarCache, made with the first constrained request
         self._grammar_lock = threading.Lock()
         self._dead = False
         self._kv_blocks = 0
@@ -151,7 +156,7 @@ class HfBackend:
         from transformers import AutoModelForCausalLM, GenerationConfig
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-        from orchestrator.backends.hf_sampling import sampling_processors
+        from orchestrator.backends.hf.sampling import sampling_processors
 
         transformers.logging.set_verbosity_warning()
         transformers.logging.disable_progress_bar()
@@ -230,7 +235,7 @@ class HfBackend:
 
     def _grammar_state(self, guide):
         """A new grammar state for `guide` (on a worker thread: the first compile of a grammar takes a while)."""
-        from orchestrator.structured.matcher import GrammarCache, GuidedBatchMasker
+        from orchestrator.structured.grammar.matcher import GrammarCache, GuidedBatchMasker
         from orchestrator.structured.vocabulary import load_vocabulary
 
         with self._grammar_lock:
@@ -241,7 +246,7 @@ class HfBackend:
         return self._grammars.new_state(guide)
 
     def _add(self, request: EngineRequest, eos: frozenset[int], guide_state=None) -> None:
-        from orchestrator.backends.hf_sampling import processor_kwargs
+        from orchestrator.backends.hf.sampling import processor_kwargs
 
         accepted = self._manager.add_request(
             list(request.prompt_ids),

@@ -102,14 +102,14 @@ class _PerRequestRows(ContinuousBatchingLogitsProcessor):
 
 
 class GuidedMask(_PerRequestRows):
-    """First in line: each constrained request's grammar (structured/matcher.py) accepts the tokens produced
+    """First in line: each constrained request's grammar (structured/grammar/matcher.py) accepts the tokens produced
     since the last step and masks every token it forbids. Rows without a grammar are untouched."""
 
     kwargs = {"guide_state": object}
 
     def __init__(self) -> None:
         super().__init__()
-        self.masker = None  # structured.matcher.GuidedBatchMasker, set by the backend with the first grammar
+        self.masker = None  # structured.grammar.matcher.GuidedBatchMasker, set by the backend with the first grammar
 
     def row_for(self, request):
         state = request.state.logit_processor_kwargs.get("guide_state")

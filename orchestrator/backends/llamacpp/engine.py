@@ -2,12 +2,12 @@
 
 It runs on its own thread. Requests and cancellations arrive through an inbox (filled on the worker's event
 loop); each step the loop takes them in, admits waiting requests into free sequence slots (reusing cached
-prefixes, llamacpp_cache.py), plans the batch (llamacpp_step.py), makes room in the KV cache, decodes, samples
-every row that has logits (llamacpp_sampling.py), and hands the step's deltas to `deliver` in one call. When
+prefixes, llamacpp/cache.py), plans the batch (llamacpp/step.py), makes room in the KV cache, decodes, samples
+every row that has logits (llamacpp/sampling.py), and hands the step's deltas to `deliver` in one call. When
 nothing is running it waits on an event; nothing polls.
 
 KV cells are the memory: `n_ctx` cells, either a stream of its own per sequence slot or one pool shared by all
-(llamacpp_slots.py). Finished sequences keep their cells as a cached prefix. In a shared pool the least recently
+(llamacpp/slots.py). Finished sequences keep their cells as a cached prefix. In a shared pool the least recently
 used prefixes are dropped when room is needed, and if running sequences alone need more cells than there are,
 the most recently admitted one is preempted: its cells are dropped and it waits at the head of the queue with
 the tokens it has generated, to be recomputed (its draws depend only on its seed and positions, so its output
@@ -28,14 +28,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.backends.llamacpp_api import Context
-from orchestrator.backends.llamacpp_cache import RamPromptCache, Slot, place, worth_saving
-from orchestrator.backends.llamacpp_sampling import SequenceSampler, TokenConstraint, sample
-from orchestrator.backends.llamacpp_slots import SlotTable
-from orchestrator.backends.llamacpp_step import PREFILL_WHILE_DECODING, StepPlan, plan_step
+from orchestrator.backends.llamacpp.api import Context
+from orchestrator.backends.llamacpp.cache import RamPromptCache, Slot, place, worth_saving
+from orchestrator.backends.llamacpp.sampling import SequenceSampler, TokenConstraint, sample
+from orchestrator.backends.llamacpp.slots import SlotTable
+from orchestrator.backends.llamacpp.step import PREFILL_WHILE_DECODING, StepPlan, plan_step
+from orchestrator.backends.protocol import BackendStats
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.errors import ContextLengthExceeded, EngineError
-from orchestrator.worker.messages import BackendStats
 
 log = logging.getLogger(__name__)
 

@@ -19,26 +19,31 @@ import logging
 
 from tokenizers import Tokenizer
 
-from orchestrator.backends.protocol import BackendSettings, EngineOutputs, RequestStreams
-from orchestrator.backends.trtllm_config import build_executor_config, engine_vocab_size, kv_cache_tokens
-from orchestrator.backends.trtllm_requests import RequestBuilder
-from orchestrator.backends.trtllm_responses import (
+from orchestrator.backends.protocol import (
+    BackendSettings,
+    BackendStats,
+    EngineOutputs,
+    LoadReport,
+    RequestStreams,
+)
+from orchestrator.backends.trtllm.config import build_executor_config, engine_vocab_size, kv_cache_tokens
+from orchestrator.backends.trtllm.requests import RequestBuilder
+from orchestrator.backends.trtllm.responses import (
     ResponsePump,
     ResponseReader,
     Update,
     cached_prompt_tokens,
     top_alternatives,
 )
-from orchestrator.backends.trtllm_runtime import (
+from orchestrator.backends.trtllm.runtime import (
     Runtime,
     check_engine_matches_runtime,
     load_runtime,
     visible_gpus,
 )
-from orchestrator.backends.trtllm_stats import IterationStatsReader
+from orchestrator.backends.trtllm.stats import IterationStatsReader
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
 from orchestrator.errors import EngineDead, EngineError, QueueFull
-from orchestrator.worker.messages import BackendStats, LoadReport
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Every message that crosses between the HTTP process and a model's worker process, and its wire form.
 
-worker/ipc.py frames them (length-prefixed JSON objects); this module says what each frame holds. Every frame is
+ipc/channel.py frames them (length-prefixed JSON objects); this module says what each frame holds. Every frame is
 a JSON object whose "kind" names its message; each message is a frozen dataclass whose `to_wire()` makes its frame
 and whose `from_wire(frame)` reads one back, raising `MalformedFrame` (naming the kind, the field and the value)
 for a frame that is not exactly that message: a missing or unknown field, or a value of the wrong type.
@@ -31,6 +31,7 @@ from enum import StrEnum
 from typing import ClassVar
 
 from orchestrator.backends.options import BackendOptions, parse_options
+from orchestrator.backends.protocol import BackendStats, LoadReport
 from orchestrator.engine.request import EngineRequest, FinishReason
 from orchestrator.errors import InfernoError, from_wire, to_wire
 
@@ -140,27 +141,6 @@ class LoadSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class LoadReport:
-    """What a backend's `start` measured: where the engine runs and the KV cache it really took."""
-
-    device: str  # "cpu", "cuda:0"
-    kv_cache_bytes: int  # what the cache really took
-    kv_blocks: int
-    tokens_per_block: int
-    max_batch_size: int
-    # What the model holds on its device, where the backend knows it better than a measurement of the worker
-    # process can (a simulated GPU: weights + KV cache + runtime overhead). The memory ledger prefers it.
-    device_bytes: int | None = None
-
-    def to_wire(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_wire(cls, data: dict) -> LoadReport:
-        return cls(**_checked(data, FrameKind.READY, _field_types(cls), where="frame's load"))
-
-
-@dataclass(frozen=True, slots=True)
 class WorkerReady:
     """A worker's report once its engine has loaded: its process, its resident memory, its backend's report."""
 
@@ -170,13 +150,14 @@ class WorkerReady:
     load: LoadReport
 
     def to_wire(self) -> dict:
-        return {"kind": self.KIND, "pid": self.pid, "rss_bytes": self.rss_bytes, "load": self.load.to_wire()}
+        return {"kind": self.KIND, "pid": self.pid, "rss_bytes": self.rss_bytes, "load": asdict(self.load)}
 
     @classmethod
     def from_wire(cls, frame: dict) -> WorkerReady:
         _framed(cls.KIND, frame)
         data = _checked(frame, cls.KIND, {"pid": (int,), "rss_bytes": (int,), "load": (dict,)})
-        return cls(data["pid"], data["rss_bytes"], LoadReport.from_wire(data["load"]))
+        load = _checked(data["load"], FrameKind.READY, _field_types(LoadReport), where="frame's load")
+        return cls(data["pid"], data["rss_bytes"], LoadReport(**load))
 
 
 @dataclass(frozen=True)
@@ -256,28 +237,6 @@ class Shutdown:
 
 # -- engine stats ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class BackendStats:
-    """A backend's `stats()`: its engine's numbers now, for /metrics and the admin API."""
-
-    running: int  # requests in the engine's batch
-    waiting: int  # submitted, not yet scheduled
-    kv_blocks_total: int
-    kv_blocks_free: int
-    kv_blocks_used: int
-    tokens_per_block: int
-    iterations: int  # engine steps so far
-    kv_blocks_reused: int | None = None  # cumulative prefix-cache hits in blocks, where the engine counts them
-    iteration_latency_ms: float | None = None  # latest step's latency, where the engine reports it
-
-    def to_wire(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_wire(cls, data: dict) -> BackendStats:
-        return cls(**_checked(data, FrameKind.STATS, _field_types(cls), where="frame's stats"))
-
-
-@dataclass(frozen=True, slots=True)
 class StatsQuery:
     """Ask for the engine's stats; the answer carries the same `seq`."""
 
@@ -302,13 +261,14 @@ class StatsReport:
     stats: BackendStats
 
     def to_wire(self) -> dict:
-        return {"kind": self.KIND, "seq": self.seq, "stats": self.stats.to_wire()}
+        return {"kind": self.KIND, "seq": self.seq, "stats": asdict(self.stats)}
 
     @classmethod
     def from_wire(cls, frame: dict) -> StatsReport:
         _framed(cls.KIND, frame)
         data = _checked(frame, cls.KIND, {"seq": (int,), "stats": (dict,)})
-        return cls(data["seq"], BackendStats.from_wire(data["stats"]))
+        stats = _checked(data["stats"], cls.KIND, _field_types(BackendStats), where="frame's stats")
+        return cls(data["seq"], BackendStats(**stats))
 
 
 # -- output --------------------------------------------------------------------------------------------------------

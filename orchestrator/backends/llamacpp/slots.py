@@ -1,7 +1,7 @@
 """The llamacpp backend's sequence slots and the KV cells they hold.
 
 Each llama.cpp sequence id is a `Slot`. A slot in use belongs to one running request; a free slot keeps the cells
-of the last request that used it, as a cached prefix for the next one (llamacpp_cache.py decides who reuses
+of the last request that used it, as a cached prefix for the next one (llamacpp/cache.py decides who reuses
 what). Every cell belongs to exactly one slot, so the cells in use are the sum of the slots' token counts.
 
 Two layouts (llamacpp.kv_layout picks one). With a stream per slot, each slot has room for a whole sequence
@@ -12,8 +12,8 @@ when a step needs room, and a request waits for room before it is admitted.
 
 from __future__ import annotations
 
-from orchestrator.backends.llamacpp_api import Context
-from orchestrator.backends.llamacpp_cache import Slot
+from orchestrator.backends.llamacpp.api import Context
+from orchestrator.backends.llamacpp.cache import Slot
 
 
 class SlotTable:

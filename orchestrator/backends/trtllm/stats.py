@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from orchestrator.worker.messages import BackendStats
+from orchestrator.backends.protocol import BackendStats
 
 
 class IterationStatsReader:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from orchestrator.sim.step_time import StepCoefficients
+from orchestrator.backends.sim.step_time import StepCoefficients
 
 SIM_FILE = "sim.json"
 

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.sim.gpus import REFERENCE_GPU, SimGpu
-from orchestrator.sim.memory import ModelShape, Precision, kv_bytes_per_token, weights_bytes
+from orchestrator.backends.sim.memory import ModelShape, Precision, kv_bytes_per_token, weights_bytes
+from orchestrator.engine.gpus import REFERENCE_GPU, SimGpu
 
 
 class StepCoefficients(BaseModel):

@@ -1,7 +1,7 @@
 """The one boundary between the scheduler and model workers: what the scheduler asks of a worker
 (`WorkerHandle`), and where it gets workers from (`WorkerSource`).
 
-`WorkerClient` over a worker process and `WorkerPool` (worker/pool.py) are the real ones; because the
+`WorkerClient` over a worker process and `WorkerPool` (supervisor/pool.py) are the real ones; because the
 scheduler knows only these protocols, a worker that lives in the event loop can stand in for tests.
 """
 
@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from orchestrator.backends.protocol import BackendStats
 from orchestrator.engine.request import EngineRequest
-from orchestrator.worker.messages import BackendStats, LoadSpec, WorkerReady
+from orchestrator.ipc.messages import LoadSpec, WorkerReady
 
 # Where a request's output goes: one call per engine step, with the step's wire row (messages.TextDelta.to_wire).
 Sink = Callable[[list], None]

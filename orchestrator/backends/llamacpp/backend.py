@@ -2,11 +2,11 @@
 
 One llama.cpp context holds every sequence, in KV cells bought by the byte budget the server assigns: a stream
 per sequence slot when the budget holds every slot at full length, else one pool shared by all (`kv_layout`);
-the engine loop (llamacpp_engine.py) runs one batched `llama_decode` per step on its own thread and
+the engine loop (llamacpp/engine.py) runs one batched `llama_decode` per step on its own thread and
 hands each step's deltas to this worker's event loop in one `call_soon_threadsafe`, which becomes one
-`EngineOutputs.step` call. Sampling is per sequence, in numpy (llamacpp_sampling.py); prefixes are reused from
-free sequence slots and from a host-RAM prompt cache (llamacpp_cache.py). Every llama.cpp call lives in
-llamacpp_api.py.
+`EngineOutputs.step` call. Sampling is per sequence, in numpy (llamacpp/sampling.py); prefixes are reused from
+free sequence slots and from a host-RAM prompt cache (llamacpp/cache.py). Every llama.cpp call lives in
+llamacpp/api.py.
 """
 
 from __future__ import annotations
@@ -17,10 +17,15 @@ import os
 import threading
 from dataclasses import dataclass
 
-from orchestrator.backends.protocol import BackendSettings, EngineOutputs, RequestStreams
+from orchestrator.backends.protocol import (
+    BackendSettings,
+    BackendStats,
+    EngineOutputs,
+    LoadReport,
+    RequestStreams,
+)
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
 from orchestrator.errors import BackendUnavailable, EngineDead, EngineError
-from orchestrator.worker.messages import BackendStats, LoadReport
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +38,14 @@ RAM_CACHE_SHARE = 0.5  # the host-RAM prompt cache may hold this much of the KV 
 
 def preload() -> None:
     """Import the bindings and load libllama (a spare worker does this while it waits)."""
-    from orchestrator.backends.llamacpp_api import bindings
+    from orchestrator.backends.llamacpp.api import bindings
 
     bindings()
 
 
 def create(settings: BackendSettings) -> LlamaCppBackend:
     try:
-        from orchestrator.backends import llamacpp_api
+        from orchestrator.backends.llamacpp import api as llamacpp_api
     except ImportError as exc:
         raise BackendUnavailable(_missing(exc.name)) from exc
     try:
@@ -60,7 +65,7 @@ def _missing(name: str | None) -> str:
 
 
 def _pinned() -> str:
-    from orchestrator.backends.llamacpp_api import PINNED_BINDING
+    from orchestrator.backends.llamacpp.api import PINNED_BINDING
 
     return PINNED_BINDING
 
@@ -131,7 +136,7 @@ class LlamaCppBackend:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._outputs: EngineOutputs | None = None
         self._dead: str | None = None
-        self._grammars = None  # structured.matcher.GrammarCache, made with the first constrained request
+        self._grammars = None  # structured.grammar.matcher.GrammarCache, made with the first constrained request
         self._grammar_lock = threading.Lock()
         self._compiling: set[str] = set()  # constrained requests whose grammar is compiling, not yet submitted
 
@@ -153,8 +158,8 @@ class LlamaCppBackend:
         )
 
     def _load(self) -> None:
-        from orchestrator.backends.llamacpp_api import Context, ContextShape, Model
-        from orchestrator.backends.llamacpp_engine import EngineLimits, EngineLoop
+        from orchestrator.backends.llamacpp.api import Context, ContextShape, Model
+        from orchestrator.backends.llamacpp.engine import EngineLimits, EngineLoop
 
         settings, manifest = self._settings, self._manifest
         limits = manifest.limits
@@ -240,7 +245,7 @@ class LlamaCppBackend:
 
     def _constraint(self, request: EngineRequest):
         """The request's grammar as a token constraint (on a worker thread: a first compile takes a while)."""
-        from orchestrator.structured.matcher import GrammarCache, RowConstraint
+        from orchestrator.structured.grammar.matcher import GrammarCache, RowConstraint
         from orchestrator.structured.vocabulary import load_vocabulary
 
         with self._grammar_lock:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.sim.blocks import BlockPool
-from orchestrator.sim.sequence import Sequence
+from orchestrator.backends.sim.blocks import BlockPool
+from orchestrator.backends.sim.sequence import Sequence
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from types import ModuleType
 
 from orchestrator.backends.options import TrtllmOptions
 from orchestrator.backends.protocol import BackendSettings
-from orchestrator.backends.trtllm_runtime import Runtime
+from orchestrator.backends.trtllm.runtime import Runtime
 from orchestrator.errors import BackendUnavailable, ModelUnavailable
 from orchestrator.structured.vocabulary import load_vocabulary
 

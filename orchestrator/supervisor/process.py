@@ -1,7 +1,7 @@
 """Starting a worker process: `python -m orchestrator.worker` on an inherited Unix socket.
 
 The process imports the backends' runtimes it is told to preload, greets with "idle" and waits for a
-"load" message; worker/pool.py keeps one such spare ready.
+"load" message; supervisor/pool.py keeps one such spare ready.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from orchestrator.worker.ipc import Channel
+from orchestrator.ipc.channel import Channel
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The grammar checker's own process: compiles guides with xgrammar so the HTTP process never imports it.
 
-Started by `checker.GrammarChecker` as `python -m orchestrator.structured.checker_process --threads N`.
+Started by `checker.GrammarChecker` as `python -m orchestrator.structured.grammar.checker_process --threads N`.
 Protocol: one JSON object per line. On start it writes `{"ready": true, "xgrammar": version}` (or
 `{"ready": false, "error": ...}` when xgrammar cannot be imported). Then, for each request line:
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 def _serve(channel, threads: int) -> int:
     try:
-        from orchestrator.structured.compile import GrammarRefused, check_guide, new_compiler
+        from orchestrator.structured.grammar.compile import GrammarRefused, check_guide, new_compiler
         from orchestrator.structured.vocabulary import load_vocabulary
     except Exception as exc:  # xgrammar or one of its dependencies (torch, transformers) is missing
         _send(channel, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})

@@ -11,9 +11,8 @@ import signal
 
 from orchestrator.engine.request import EngineRequest
 from orchestrator.errors import InfernoError, ModelUnavailable, WorkerCrashed
-from orchestrator.worker.handle import OnExit, Sink
-from orchestrator.worker.ipc import ChannelClosed
-from orchestrator.worker.messages import (
+from orchestrator.ipc.channel import ChannelClosed
+from orchestrator.ipc.messages import (
     BackendStats,
     Cancel,
     Idle,
@@ -29,7 +28,8 @@ from orchestrator.worker.messages import (
     WorkerReady,
     decode_from_worker,
 )
-from orchestrator.worker.process import WorkerProcess
+from orchestrator.supervisor.handle import OnExit, Sink
+from orchestrator.supervisor.process import WorkerProcess
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The simulated engine's state machine: requests in, one step at a time out. No threads and no clock: the
-backend (orchestrator/backends/sim.py) calls `step()` and sleeps for the simulated time it returns.
+backend (orchestrator/backends/sim/backend.py) calls `step()` and sleeps for the simulated time it returns.
 
 Each step admits what fits (batching.admit), schedules decode rows and prefill chunks (batching.schedule),
 prices the step with the step-time model, and advances every scheduled sequence: a decoding sequence
@@ -12,14 +12,14 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from orchestrator.backends.protocol import BackendStats
+from orchestrator.backends.sim.batching import BatchLimits, admit, blocks_for, schedule
+from orchestrator.backends.sim.blocks import BlockPool, prefix_hashes
+from orchestrator.backends.sim.sequence import Sequence
+from orchestrator.backends.sim.step_time import StepCoefficients
 from orchestrator.engine.manifest import Limits
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
-from orchestrator.sim.batching import BatchLimits, admit, blocks_for, schedule
-from orchestrator.sim.blocks import BlockPool, prefix_hashes
-from orchestrator.sim.sequence import Sequence
-from orchestrator.sim.step_time import StepCoefficients
-from orchestrator.worker.messages import BackendStats
 
 
 @dataclass

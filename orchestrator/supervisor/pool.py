@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from orchestrator.config import ServerConfig
-from orchestrator.worker.client import WorkerClient
-from orchestrator.worker.handle import OnExit
-from orchestrator.worker.messages import Idle, MalformedFrame
-from orchestrator.worker.process import WorkerProcess, spawn_worker
+from orchestrator.ipc.messages import Idle, MalformedFrame
+from orchestrator.supervisor.client import WorkerClient
+from orchestrator.supervisor.handle import OnExit
+from orchestrator.supervisor.process import WorkerProcess, spawn_worker
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import xgrammar as xgr
 
-from orchestrator.structured.compile import GrammarRefused, compile_guide, new_compiler
+from orchestrator.structured.grammar.compile import GrammarRefused, compile_guide, new_compiler
 from orchestrator.structured.guide import Guide
 from orchestrator.structured.vocabulary import Vocabulary
 

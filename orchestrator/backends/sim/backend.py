@@ -1,4 +1,4 @@
-"""The `sim` backend: a simulated GPU engine (orchestrator/sim/) behind the backend protocol.
+"""The `sim` backend: a simulated GPU engine (orchestrator/backends/sim/) behind the backend protocol.
 
 It behaves like TensorRT-LLM serving the model on the GPU it was built for, at that GPU's rates (divided by
 the engine's speed-up), with no GPU: the orchestrator can be measured at GPU rates, placement and swaps
@@ -6,7 +6,7 @@ exercised on a simulated device, and capacity planned. See docs/simulation.md.
 
 One thread, named `sim-engine` (also at the OS level, so a benchmark can find and subtract its CPU), runs
 the engine: per step it takes the requests and cancels that came in, lets the engine admit, schedule and
-advance (orchestrator.sim.engine), then sleeps to an absolute deadline, t0 + step_ms / speedup, so its own
+advance (orchestrator.backends.sim.engine), then sleeps to an absolute deadline, t0 + step_ms / speedup, so its own
 bookkeeping counts against the step and sleep overshoot does not accumulate. The step's deltas then reach the
 worker's event loop in one `call_soon_threadsafe` and one `outputs.step` call. An idle engine waits on a
 condition; nothing spins and nothing polls.
@@ -25,14 +25,13 @@ from dataclasses import replace
 
 from tokenizers import Tokenizer
 
-from orchestrator.backends.protocol import BackendSettings, EngineOutputs
+from orchestrator.backends.protocol import BackendSettings, BackendStats, EngineOutputs, LoadReport
+from orchestrator.backends.sim.corpus import corpus_tokens
+from orchestrator.backends.sim.engine import SimEngine
+from orchestrator.backends.sim.memory import device_bytes, kv_token_capacity
+from orchestrator.backends.sim.spec import SimSpec, load_sim_spec
 from orchestrator.engine.request import EngineRequest, TokenDelta
 from orchestrator.errors import EngineDead, ModelUnavailable
-from orchestrator.sim.corpus import corpus_tokens
-from orchestrator.sim.engine import SimEngine
-from orchestrator.sim.memory import device_bytes, kv_token_capacity
-from orchestrator.sim.spec import SimSpec, load_sim_spec
-from orchestrator.worker.messages import BackendStats, LoadReport
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from orchestrator.engine.gpus import SimGpu, find_gpu
 from orchestrator.scheduler.ledger import DeviceReading
-from orchestrator.sim.gpus import SimGpu, find_gpu
 
 if TYPE_CHECKING:
     from orchestrator.engine.catalogue import Engine

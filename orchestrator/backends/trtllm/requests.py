@@ -126,7 +126,7 @@ class RequestBuilder:
         params = self._trtllm.GuidedDecodingParams
         guide_type, text = guide.trtllm_guide()
         if guide_type == "STRUCTURAL_TAG":
-            from orchestrator.structured.lowering import (
+            from orchestrator.structured.grammar.lowering import (
                 structural_tag_as_ebnf,  # xgrammar: TensorRT-LLM has it
             )
 

@@ -1,0 +1,1 @@
+"""The `hf` backend: transformers' continuous batching on PyTorch (runs in a worker process; imports torch)."""
