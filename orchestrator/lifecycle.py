@@ -11,7 +11,14 @@ from enum import IntEnum
 
 from orchestrator.engine.request import EngineRequest, FinishReason
 from orchestrator.errors import InfernoError, from_wire
-from orchestrator.ipc.messages import TextDelta
+from orchestrator.ipc.messages import (
+    PLAIN_ROW_LEN,
+    ROW_FINISH,
+    ROW_NUM_TOKENS,
+    ROW_REQUEST_ID,
+    ROW_TEXT,
+    TextDelta,
+)
 from orchestrator.structured.guide import Guide
 
 
@@ -87,10 +94,10 @@ class InferenceRequest:
         wire row (`TextDelta.to_wire`). Plain text goes the fast path when there is one and nothing is queued
         ahead of it (order is kept); anything else (a finish, an error, extras) wakes the handler."""
         fast = self.fast_path
-        if fast is not None and len(row) == 5 and row[3] is None and self.events.empty():
-            choice = self._by_engine_id[row[0]]
-            if fast(choice, row[1]):
-                self._count_tokens(choice, row[2])
+        if fast is not None and len(row) == PLAIN_ROW_LEN and row[ROW_FINISH] is None and self.events.empty():
+            choice = self._by_engine_id[row[ROW_REQUEST_ID]]
+            if fast(choice, row[ROW_TEXT]):
+                self._count_tokens(choice, row[ROW_NUM_TOKENS])
                 return
         self.events.put_nowait(TextDelta.from_wire(row))
 

@@ -30,6 +30,7 @@ from orchestrator.api.state import STATE
 from orchestrator.api.wire import CompletionRequest, _GenerationRequest
 from orchestrator.engine.catalogue import Engine
 from orchestrator.errors import ContextLengthExceeded, InvalidRequest
+from orchestrator.ipc.messages import ROW_REQUEST_ID, ROW_TEXT
 from orchestrator.lifecycle import InferenceRequest
 from orchestrator.scheduler.settings import Priority, request_priority
 from orchestrator.scheduler.slots import ModelSlot
@@ -144,7 +145,7 @@ def _keep_text(record: RequestRecord, wire: _GenerationRequest, request: Inferen
     deliver = request.deliver
 
     def deliver_and_keep(row: list) -> None:  # a wire row (TextDelta.to_wire): engine request id, text, ...
-        completions[row[0]].append(row[1])
+        completions[row[ROW_REQUEST_ID]].append(row[ROW_TEXT])
         deliver(row)
 
     request.deliver = deliver_and_keep  # the sink the generation path hands the worker

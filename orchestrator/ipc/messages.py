@@ -272,6 +272,13 @@ class StatsReport:
 
 
 # -- output --------------------------------------------------------------------------------------------------------
+# A step row's fields, by position: `[request_id, text, num_tokens, finish, error]`, plus a sixth element of extras
+# when any is set. The readers on the hot path (the worker client's dispatch, a request's fast path) index rows
+# by these names instead of turning each into a TextDelta.
+ROW_REQUEST_ID, ROW_TEXT, ROW_NUM_TOKENS, ROW_FINISH, ROW_ERROR = range(5)
+PLAIN_ROW_LEN = 5  # a row without extras
+
+
 @dataclass(slots=True)
 class TextDelta:
     """What the worker sends back per request per engine step: new text, ready to stream.
@@ -302,7 +309,7 @@ class TextDelta:
     @classmethod
     def from_wire(cls, row: list) -> TextDelta:
         """The delta of a row; MalformedFrame if the row is not one (`Step` checks only the request id)."""
-        if not isinstance(row, list) or len(row) not in (5, 6):
+        if not isinstance(row, list) or len(row) not in (PLAIN_ROW_LEN, PLAIN_ROW_LEN + 1):
             raise MalformedFrame(f"a 'step' row must be a list of 5 or 6 items (got {row!r:.80})")
         rid, text, num_tokens, finish, error, *rest = row
         if not (isinstance(rid, str) and isinstance(text, str) and _is(num_tokens, (int,))
@@ -343,7 +350,7 @@ class Step:
         if len(frame) != 2 or type(rows) is not list:
             raise MalformedFrame(f"a 'step' frame is {{kind, outputs: [row, ...]}} (got {frame!r:.80})")
         for row in rows:
-            if type(row) is not list or len(row) < 5 or type(row[0]) is not str:
+            if type(row) is not list or len(row) < PLAIN_ROW_LEN or type(row[ROW_REQUEST_ID]) is not str:
                 raise MalformedFrame(f"a 'step' row must be a list led by a request id (got {row!r:.80})")
         return cls(rows)
 

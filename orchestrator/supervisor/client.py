@@ -13,6 +13,8 @@ from orchestrator.engine.request import EngineRequest
 from orchestrator.errors import InfernoError, ModelUnavailable, WorkerCrashed
 from orchestrator.ipc.channel import ChannelClosed
 from orchestrator.ipc.messages import (
+    ROW_FINISH,
+    ROW_REQUEST_ID,
     BackendStats,
     Cancel,
     Idle,
@@ -184,11 +186,11 @@ class WorkerClient:
         """One step frame: each row (TextDelta.to_wire) to its request's sink, as it came off the wire."""
         sinks = self._sinks
         for row in rows:
-            sink = sinks.get(row[0])
+            sink = sinks.get(row[ROW_REQUEST_ID])
             if sink is None:
                 continue  # cancelled by us; its last words are not needed
-            if row[3] is not None:  # its finish
-                del sinks[row[0]]
+            if row[ROW_FINISH] is not None:
+                del sinks[row[ROW_REQUEST_ID]]
             sink(row)
 
     def _fail_all(self, error: InfernoError) -> None:

@@ -32,6 +32,7 @@ from orchestrator.engine.request import EngineRequest, TokenDelta, check_request
 from orchestrator.errors import EngineDead, EngineError, InfernoError, OutOfMemory
 from orchestrator.ipc.channel import Channel, ChannelClosed
 from orchestrator.ipc.messages import (
+    ROW_FINISH,
     Cancel,
     Idle,
     LoadFailed,
@@ -157,7 +158,7 @@ class Worker:
             if row is None:
                 continue
             rows.append(row)
-            if row[3] is not None:  # finished
+            if row[ROW_FINISH] is not None:
                 del live[delta.request_id]
                 if delta.finish is None:  # a stop string ended it: free its place in the engine now
                     self._backend.cancel(delta.request_id)
