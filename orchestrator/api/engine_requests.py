@@ -1,6 +1,7 @@
-"""From a validated wire request to engine requests: defaults, limits, and what the model's backend honours.
+"""From a front door's `Generation` to engine requests: defaults, limits, and what the model's backend honours.
 
-Chat and text completions share all of it; the wire types (api/wire.py) only say how they spell their fields.
+Every wire format shares all of it; a wire type (api/wire.py) only says how it spells its fields and makes its
+prompt, in its `generation()`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import EngineRequest, SamplingParams
 from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
 from orchestrator.lifecycle import Choice, InferenceRequest
+from orchestrator.structured.tool_formats import tool_format
+from orchestrator.structured.tool_prompt import prompt_messages, template_supports_tools
 
 if TYPE_CHECKING:
     from orchestrator.api.output_plan import OutputPlan
@@ -95,54 +98,86 @@ def _sampling(fields: SamplingFields, engine: Engine, index: int, bias: tuple) -
     )
 
 
-def _max_new_tokens(engine: Engine, prompt: list[int], asked: int | None, param: str, prompt_param: str) -> int:
-    limits = engine.manifest.limits
+@dataclass(frozen=True)
+class Generation:
+    """A generation request in the server's own terms, whatever API it came through: what each front door (chat
+    completions, completions, and any other wire format) makes from its wire request, and what the one
+    preparation path (`inference_request`) turns into engine requests. The prompt is already tokenised by the
+    front door, through the model's own template and tokenizer."""
+
+    prompt: list[int]
+    prompt_param: str  # how the wire format names its prompt (messages, prompt, input...)
+    fields: SamplingFields
+    plan: OutputPlan
+    max_tokens: int | None  # what the request asked for; None when it did not say
+    max_tokens_param: str  # how the wire format spells it
+    default_max_tokens: int | None  # the API's own default when not asked (completions: 16); None: what is left
+    n: int
+    stream: bool
+    echo: str | None = None  # completions' echo: the prompt's text, put before the answer
+
+
+def chat_prompt(engine: Engine, messages: list[dict], plan: OutputPlan, template_kwargs: dict | None) -> list[int]:
+    """The prompt of a conversation, whatever API it came through: messages in the chat template's shape (tool
+    calls and results included; the tools shown by the template where it reads them, else in a system prompt in
+    the model's tool call format), rendered by the model's template and tokenised."""
+    fmt = tool_format(engine.manifest.chat.tool_call_format)
+    shaped = prompt_messages(messages, plan.tools, fmt,
+                             template_reads_tools=template_supports_tools(engine.prompts.chat_template))
+    return engine.prompts.encode_chat(shaped.messages, template_kwargs or {}, tools=shaped.tools)
+
+
+def max_new_tokens(engine: Engine, generation: Generation, ceiling: int | None) -> int:
+    """How many tokens each choice may generate, decided here only: what the request asked for (refused above the
+    model's ceiling from models.toml, or beyond the room its context leaves), else the API's default, else what
+    the context leaves; without an explicit ask the ceiling caps it. min_tokens must fit in it."""
+    limits, prompt, asked = engine.manifest.limits, generation.prompt, generation.max_tokens
+    param = generation.max_tokens_param
+    if asked is not None and ceiling is not None and asked > ceiling:
+        raise InvalidRequest(f"{param} is {asked}, more than this model allows ({ceiling} tokens per choice)",
+                             param=param)
     if not prompt:
-        raise InvalidRequest("the prompt is empty", param=prompt_param)
+        raise InvalidRequest("the prompt is empty", param=generation.prompt_param)
     if len(prompt) > limits.max_input_len:
         raise ContextLengthExceeded(
             f"this model's maximum prompt length is {limits.max_input_len} tokens, "
             f"but the prompt has {len(prompt)} tokens",
-            param=prompt_param,
+            param=generation.prompt_param,
         )
     room = limits.max_seq_len - len(prompt)
-    if asked is not None and asked > room:
+    wanted = asked if asked is not None else generation.default_max_tokens
+    if wanted is not None and wanted > room:
         raise ContextLengthExceeded(
-            f"{param} is {asked}, but this model's maximum sequence length is {limits.max_seq_len} "
+            f"{param} is {wanted}, but this model's maximum sequence length is {limits.max_seq_len} "
             f"tokens and the prompt has {len(prompt)}, leaving room for at most {room}",
             param=param,
         )
-    return room if asked is None else asked
+    max_new = room if wanted is None else wanted
+    capped = asked is None and ceiling is not None and ceiling < max_new
+    if capped:
+        max_new = ceiling
+    min_tokens = generation.fields.min_tokens
+    if min_tokens > max_new:
+        limit = "this model allows" if capped else "the request may generate"
+        raise InvalidRequest(f"min_tokens is {min_tokens}, more than {limit} ({max_new} tokens per choice)",
+                             param="min_tokens")
+    return max_new
 
 
-def build_inference_request(
-    engine: Engine,
-    fields: SamplingFields,
-    prompt: list[int],
-    plan: OutputPlan,
-    *,
-    max_tokens: int | None,
-    max_tokens_param: str,
-    prompt_param: str,
-    n: int,
-    stream: bool,
-    id_prefix: str,
-    priority: int,
-    echo: str | None,
+def inference_request(
+    engine: Engine, generation: Generation, *, id_prefix: str, priority: int = 0, ceiling: int | None = None
 ) -> InferenceRequest:
-    max_new = _max_new_tokens(engine, prompt, max_tokens, max_tokens_param, prompt_param)
-    if fields.min_tokens > max_new:
-        raise InvalidRequest(
-            f"min_tokens is {fields.min_tokens}, more than the {max_new} tokens this request may generate",
-            param="min_tokens",
-        )
+    """The checked, engine-ready request: one engine request per choice; raises the taxonomy's 400s naming the
+    field."""
+    fields, plan = generation.fields, generation.plan
+    max_new = max_new_tokens(engine, generation, ceiling)
     vocab_size = engine.prompts.tokenizer.get_vocab_size(with_added_tokens=True)
     outside = [t for t in fields.stop_token_ids if t >= vocab_size]
     if outside:
         raise InvalidRequest(f"stop_token_ids must be in [0, {vocab_size}) (got {outside[0]})", param="stop_token_ids")
     bias = _logit_bias(fields, vocab_size)
     request_id = f"{id_prefix}-{uuid.uuid4().hex}"
-    prompt_ids = tuple(prompt)
+    prompt_ids = tuple(generation.prompt)
     choices = [
         Choice(
             index=i,
@@ -164,9 +199,9 @@ def build_inference_request(
                 reasoning=plan.reasoning,
             ),
         )
-        for i in range(n)
+        for i in range(generation.n)
     ]
     return InferenceRequest(
-        id=request_id, model=engine.name, prompt_tokens=len(prompt), choices=choices, stream=stream, echo=echo,
-        guide=plan.guide,
+        id=request_id, model=engine.name, prompt_tokens=len(prompt_ids), choices=choices, stream=generation.stream,
+        echo=generation.echo, guide=plan.guide,
     )

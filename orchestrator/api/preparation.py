@@ -1,22 +1,22 @@
 """Everything a generation request passes before it asks the scheduler for a lease, in order:
 
 1. the model, if the caller's key may use it (access.py; 404 otherwise, as for a model that does not exist);
-2. the model's `max_tokens` ceiling (models.toml): a request asking for more is refused (400) naming it;
-3. the priority class: the request's `service_tier`, else the key's class, else the model's; a key's class is
+2. the priority class: the request's `service_tier`, else the key's class, else the model's; a key's class is
    also the best its requests may ask for;
-4. the key's concurrent requests and requests per minute (429 with Retry-After);
-5. the prompt: one too long in characters to fit whatever it tokenises to is refused before tokenising (looked
-   at only for bodies that could hold one); then the chat template and the tokenizer, on a thread for a big
-   body (body.py); without max_tokens, each choice may generate up to the ceiling (where one is set) or what
-   the context leaves;
-6. the key's tokens per minute, for the prompt's tokens (429 with Retry-After).
+3. the key's concurrent requests and requests per minute (429 with Retry-After);
+4. the prompt: one too long in characters to fit whatever it tokenises to is refused before tokenising (looked
+   at only for bodies that could hold one); then the wire format's `generation()` (the chat template and the
+   tokenizer) and `engine_requests.inference_request`, on a thread for a big body (body.py), which decides once
+   how many tokens each choice may generate: what was asked (refused above the model's `max_tokens` ceiling
+   from models.toml, or beyond the context), else the API's default or what the context leaves, capped by the
+   ceiling;
+5. the key's tokens per minute, for the prompt's tokens (429 with Retry-After).
 
 What the key's limiter took is settled when the request ends (accounting.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -29,7 +29,7 @@ from orchestrator.api.record import RequestRecord, record_of
 from orchestrator.api.state import STATE
 from orchestrator.api.wire import CompletionRequest, _GenerationRequest
 from orchestrator.engine.catalogue import Engine
-from orchestrator.errors import ContextLengthExceeded, InvalidRequest
+from orchestrator.errors import ContextLengthExceeded
 from orchestrator.ipc.messages import ROW_REQUEST_ID, ROW_TEXT
 from orchestrator.lifecycle import InferenceRequest
 from orchestrator.scheduler.settings import Priority, request_priority
@@ -50,8 +50,6 @@ async def prepare_generation(http: web.Request, wire: _GenerationRequest, id_pre
     state, record = http.app[STATE], record_of(http)
     record.generation = True
     slot = model_slot(http, wire.model)
-    ceiling = slot.settings.max_tokens
-    _check_ceiling(wire, ceiling)
     caller = record.caller or ANONYMOUS
     priority = request_priority(wire.service_tier, slot.settings.priority_class, caller.priority)
     if caller.limited:
@@ -59,43 +57,14 @@ async def prepare_generation(http: web.Request, wire: _GenerationRequest, id_pre
         limiter.admit()
         record.limiter = limiter
     await off_loop(http, _check_prompt_chars, wire, slot.engine, record.body_bytes)
-    request = await off_loop(http, wire.to_inference_request, slot.engine, id_prefix, priority.in_engine)
-    if ceiling is not None and not _explicit_max_tokens(wire):
-        _apply_ceiling(request, ceiling)
+    request = await off_loop(http, wire.to_inference_request, slot.engine, id_prefix, priority.in_engine,
+                             slot.settings.max_tokens)
     record.inference = request
     if record.limiter is not None:
         record.tokens_taken = record.limiter.admit_tokens(request.prompt_tokens)
     if state.audit.include_text:
         _keep_text(record, wire, request)
     return Prepared(slot, priority, request)
-
-
-def _explicit_max_tokens(wire: _GenerationRequest) -> bool:
-    return wire.max_tokens is not None or getattr(wire, "max_completion_tokens", None) is not None
-
-
-def _check_ceiling(wire: _GenerationRequest, ceiling: int | None) -> None:
-    if ceiling is None or not _explicit_max_tokens(wire):
-        return
-    asked = wire.requested_max_tokens()
-    if asked > ceiling:
-        param = wire.max_tokens_param()
-        raise InvalidRequest(
-            f"{param} is {asked}, more than this model allows ({ceiling} tokens per choice)", param=param
-        )
-
-
-def _apply_ceiling(request: InferenceRequest, ceiling: int) -> None:
-    """Without max_tokens, each choice generates at most `ceiling` tokens."""
-    for choice in request.choices:
-        asked = choice.engine_request
-        if asked.min_tokens > ceiling:
-            raise InvalidRequest(
-                f"min_tokens is {asked.min_tokens}, more than this model allows ({ceiling} tokens per choice)",
-                param="min_tokens",
-            )
-        if asked.max_new_tokens > ceiling:
-            choice.engine_request = dataclasses.replace(asked, max_new_tokens=ceiling)
 
 
 @functools.cache

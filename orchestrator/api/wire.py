@@ -15,7 +15,13 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from orchestrator.api.engine_requests import SamplingFields, build_inference_request, check_supported
+from orchestrator.api.engine_requests import (
+    Generation,
+    SamplingFields,
+    chat_prompt,
+    check_supported,
+    inference_request,
+)
 from orchestrator.api.output_plan import OutputPlan
 from orchestrator.backends import features_of
 from orchestrator.engine.catalogue import Engine
@@ -29,7 +35,6 @@ from orchestrator.structured.guide import (
 )
 from orchestrator.structured.tool_formats import tool_format
 from orchestrator.structured.tool_grammar import tool_call_guide
-from orchestrator.structured.tool_prompt import prompt_messages, template_supports_tools
 from orchestrator.structured.tools import ToolChoice, ToolDefinition, plan_tools
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -104,6 +109,7 @@ class _GenerationRequest(_Wire):
 
     PROMPT_PARAM: ClassVar[str] = "prompt"
     TOP_LOGPROBS_PARAM: ClassVar[str] = "logprobs"
+    DEFAULT_MAX_TOKENS: ClassVar[int | None] = None  # without max_tokens: what the context leaves
 
     model: str
     max_tokens: Annotated[int, Field(ge=1, le=LIMITS.max_new_tokens)] | None = None
@@ -201,8 +207,9 @@ class _GenerationRequest(_Wire):
             logprobs_param=self.TOP_LOGPROBS_PARAM,
         )
 
-    def to_inference_request(self, engine: Engine, id_prefix: str, priority: int = 0) -> InferenceRequest:
-        """The checked, engine-ready request; raises InvalidRequest (400) naming what is wrong."""
+    def generation(self, engine: Engine) -> Generation:
+        """This request in the server's own terms, its prompt made with the model's template and tokenizer; raises
+        InvalidRequest / UnsupportedParameter (400) naming what is wrong."""
         fields = self.sampling_fields()
         check_supported(fields, engine)
         plan = self.output_plan(engine)
@@ -214,12 +221,18 @@ class _GenerationRequest(_Wire):
                 param=plan.guide.param,
             )
         prompt = self.prompt_ids(engine, plan)
-        return build_inference_request(
-            engine, fields, prompt, plan,
+        return Generation(
+            prompt=prompt, prompt_param=self.PROMPT_PARAM, fields=fields, plan=plan,
             max_tokens=self.requested_max_tokens(), max_tokens_param=self.max_tokens_param(),
-            prompt_param=self.PROMPT_PARAM, n=self.n, stream=self.stream, id_prefix=id_prefix, priority=priority,
+            default_max_tokens=self.DEFAULT_MAX_TOKENS, n=self.n, stream=self.stream,
             echo=self.echo_text(engine, prompt),
         )
+
+    def to_inference_request(self, engine: Engine, id_prefix: str, priority: int = 0,
+                             ceiling: int | None = None) -> InferenceRequest:
+        """The checked, engine-ready request (`engine_requests.inference_request` of `generation()`)."""
+        return inference_request(engine, self.generation(engine), id_prefix=id_prefix, priority=priority,
+                                 ceiling=ceiling)
 
 
 class ChatCompletionRequest(_GenerationRequest):
@@ -265,11 +278,7 @@ class ChatCompletionRequest(_GenerationRequest):
         return OutputPlan.for_model(engine.manifest.chat, guide, tools, chat=True)
 
     def prompt_ids(self, engine: Engine, plan: OutputPlan) -> list[int]:
-        messages = [m.as_template_input() for m in self.messages]
-        fmt = tool_format(engine.manifest.chat.tool_call_format)
-        shaped = prompt_messages(messages, plan.tools, fmt,
-                                 template_reads_tools=template_supports_tools(engine.prompts.chat_template))
-        return engine.prompts.encode_chat(shaped.messages, self.chat_template_kwargs or {}, tools=shaped.tools)
+        return chat_prompt(engine, [m.as_template_input() for m in self.messages], plan, self.chat_template_kwargs)
 
 
 class CompletionRequest(_GenerationRequest):
@@ -279,16 +288,15 @@ class CompletionRequest(_GenerationRequest):
     suffix: str | None = None
     best_of: Annotated[int, Field(ge=1, le=LIMITS.choices)] | None = None
 
+    DEFAULT_MAX_TOKENS: ClassVar[int | None] = COMPLETIONS_DEFAULT_MAX_TOKENS
+
     def wants_logprobs(self) -> bool:
         return self.logprobs is not None
 
     def top_logprobs_asked(self) -> int:
         return self.logprobs or 0
 
-    def requested_max_tokens(self) -> int | None:
-        return COMPLETIONS_DEFAULT_MAX_TOKENS if self.max_tokens is None else self.max_tokens
-
-    def to_inference_request(self, engine: Engine, id_prefix: str, priority: int = 0) -> InferenceRequest:
+    def generation(self, engine: Engine) -> Generation:
         if self.echo and self.logprobs is not None:
             raise UnsupportedParameter(
                 "echo with logprobs needs the prompt's log probabilities, which this server does not compute; "
@@ -299,7 +307,7 @@ class CompletionRequest(_GenerationRequest):
             raise UnsupportedParameter("suffix (insertion) is not supported by this server", param="suffix")
         if self.best_of not in (None, self.n):
             raise UnsupportedParameter("best_of other than n is not supported by this server", param="best_of")
-        return super().to_inference_request(engine, id_prefix, priority)
+        return super().generation(engine)
 
     def prompt_ids(self, engine: Engine, plan: OutputPlan) -> list[int]:
         prompt = self.prompt

@@ -21,6 +21,7 @@ Input messages are OpenAI's, as dicts: roles system/user/assistant/tool (develop
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ class PromptMessages:
     tools: list[dict[str, Any]] | None
 
 
+@functools.cache  # per engine: its template is one string, read once at start
 def template_supports_tools(template: str | None) -> bool:
     return template is not None and _READS_TOOLS.search(template) is not None
 
