@@ -16,9 +16,7 @@ from orchestrator.api.state import STATE
 from orchestrator.backends.options import unread_settings
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import discover
-from orchestrator.scheduler.scheduler import FAREWELL_S
-from orchestrator.scheduler.settings import SettingsError
-from orchestrator.scheduler.sim_device import MixedEngines
+from orchestrator.scheduler import FAREWELL_S, MixedEngines, SettingsError
 
 log = logging.getLogger("inferno")
 
@@ -71,8 +69,7 @@ async def serve(config: ServerConfig) -> int:
     loading = state.initial_loads  # started with the app (its cleanup context), cancelled when it shuts down
     await asyncio.wait([loading, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     if loading.done():
-        slots = state.scheduler.slots
-        states = ", ".join(f"{n} ({s.engine.manifest.backend}, {s.state.value})" for n, s in slots.items())
+        states = ", ".join(f"{m.name} ({m.backend}, {m.state})" for m in state.scheduler.snapshot())
         print(f"Inferno ready: http://{host}:{port}/v1 serving {states}", flush=True)
         await stop.wait()
     log.info("shutting down: draining requests for up to %.0f s", config.drain_timeout_s)

@@ -33,7 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.config import AuthConfig
-from orchestrator.scheduler.settings import Priority
+from orchestrator.scheduler import Priority
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from aiohttp import web
 
 from orchestrator.api.state import STATE
-from orchestrator.scheduler.observe import ModelSnapshot
+from orchestrator.scheduler import ModelSnapshot
 
 
 def _model(model: ModelSnapshot, engines: dict) -> dict:
@@ -20,18 +20,11 @@ def _model(model: ModelSnapshot, engines: dict) -> dict:
 def _describe(http: web.Request) -> dict:
     state = http.app[STATE]
     scheduler = state.scheduler
-    ledger = scheduler.ledger
     return {
         "models": [_model(model, state.catalogue.engines) for model in scheduler.snapshot()],
         "devices": [asdict(device) for device in scheduler.device_memory()],
-        "ledger": {
-            "device": ledger.probe.name,
-            "capacity_bytes": ledger.capacity,
-            "reserve_bytes": ledger.reserve,
-            "used_bytes": ledger.used,
-            "free_bytes": ledger.free(),
-        },
-        "spare_worker": scheduler.workers.spare_state,
+        "ledger": asdict(scheduler.memory()),
+        "spare_worker": scheduler.spare_worker,
     }
 
 

@@ -22,7 +22,7 @@ from orchestrator.access.keys import load_keys
 from orchestrator.access.limits import Limits
 from orchestrator.access.usage import UsageMeter
 from orchestrator.api import admin
-from orchestrator.api.access import model_slot, visible_models
+from orchestrator.api.access import model_view, visible_models
 from orchestrator.api.accounting import accounting_middleware
 from orchestrator.api.auth import auth_middleware
 from orchestrator.api.body import parse
@@ -46,8 +46,7 @@ from orchestrator.metrics.registry import new_registry
 from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.metrics.scheduler_events import SchedulerMetrics
 from orchestrator.metrics.simulation import register_simulation_info
-from orchestrator.scheduler.observe import ModelSnapshot
-from orchestrator.scheduler.scheduler import Scheduler
+from orchestrator.scheduler import ModelSnapshot, Scheduler
 from orchestrator.structured.checker import GrammarChecker
 from orchestrator.supervisor.handle import WorkerSource
 from orchestrator.supervisor.pool import WorkerPool
@@ -95,7 +94,7 @@ async def list_models(http: web.Request) -> web.Response:
 
 async def get_model(http: web.Request) -> web.Response:
     name = http.match_info["model"]
-    model_slot(http, name)  # 404 (also for a model the key may not use) / 503 with the reason
+    model_view(http, name)  # 404 (also for a model the key may not use) / 503 with the reason
     return json_response(_model_cards(http.app[STATE], [name])[name])
 
 

@@ -35,7 +35,7 @@ async def serve_generation(
 ) -> web.StreamResponse:
     state = http.app[STATE]
     prepared = await prepare_generation(http, wire, id_prefix)  # the key's model and limits; the prompt
-    engine, priority, request = prepared.slot.engine, prepared.priority, prepared.request
+    engine, priority, request = prepared.model.engine, prepared.priority, prepared.request
     fmt = Format(fmt.object_name, fmt.chunk_name, fmt.chat, f"fp_{engine.manifest.build.fingerprint.split(':')[-1][:12]}")
     http_status = 200
     try:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from orchestrator.access.keys import ANONYMOUS
-from orchestrator.api.access import model_slot
+from orchestrator.api.access import model_view
 from orchestrator.api.body import off_loop
 from orchestrator.api.record import RequestRecord, record_of
 from orchestrator.api.state import STATE
@@ -32,39 +32,38 @@ from orchestrator.engine.catalogue import Engine
 from orchestrator.errors import ContextLengthExceeded
 from orchestrator.ipc.messages import ROW_REQUEST_ID, ROW_TEXT
 from orchestrator.lifecycle import InferenceRequest
-from orchestrator.scheduler.settings import Priority, request_priority
-from orchestrator.scheduler.slots import ModelSlot
+from orchestrator.scheduler import ModelView, Priority, request_priority
 from orchestrator.text.prompt import PromptEncoder
 
 
 @dataclass(frozen=True)
 class Prepared:
-    slot: ModelSlot
+    model: ModelView
     priority: Priority
     request: InferenceRequest
 
 
 async def prepare_generation(http: web.Request, wire: _GenerationRequest, id_prefix: str) -> Prepared:
-    """The checked inference request, its model's slot and its priority class; raises the taxonomy's errors
+    """The checked inference request, its model's view and its priority class; raises the taxonomy's errors
     (404, 400, 429) as listed in this module's docstring."""
     state, record = http.app[STATE], record_of(http)
     record.generation = True
-    slot = model_slot(http, wire.model)
+    model = model_view(http, wire.model)
     caller = record.caller or ANONYMOUS
-    priority = request_priority(wire.service_tier, slot.settings.priority_class, caller.priority)
+    priority = request_priority(wire.service_tier, model.settings.priority_class, caller.priority)
     if caller.limited:
         limiter = state.limits.of(caller)
         limiter.admit()
         record.limiter = limiter
-    await off_loop(http, _check_prompt_chars, wire, slot.engine, record.body_bytes)
-    request = await off_loop(http, wire.to_inference_request, slot.engine, id_prefix, priority.in_engine,
-                             slot.settings.max_tokens)
+    await off_loop(http, _check_prompt_chars, wire, model.engine, record.body_bytes)
+    request = await off_loop(http, wire.to_inference_request, model.engine, id_prefix, priority.in_engine,
+                             model.settings.max_tokens)
     record.inference = request
     if record.limiter is not None:
         record.tokens_taken = record.limiter.admit_tokens(request.prompt_tokens)
     if state.audit.include_text:
         _keep_text(record, wire, request)
-    return Prepared(slot, priority, request)
+    return Prepared(model, priority, request)
 
 
 @functools.cache

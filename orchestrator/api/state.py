@@ -16,7 +16,7 @@ from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import Catalogue
 from orchestrator.metrics.engine_collector import EngineCollector
 from orchestrator.metrics.request_metrics import RequestMetrics
-from orchestrator.scheduler.scheduler import Scheduler
+from orchestrator.scheduler import Scheduler
 from orchestrator.structured.checker import GrammarChecker
 
 

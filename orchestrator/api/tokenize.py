@@ -13,7 +13,7 @@ import orjson
 from aiohttp import web
 from pydantic import Field
 
-from orchestrator.api.access import model_slot
+from orchestrator.api.access import model_view
 from orchestrator.api.body import off_loop, read_json
 from orchestrator.api.http import json_response, validate
 from orchestrator.api.wire import ChatMessage, TokenId, _Wire
@@ -63,14 +63,14 @@ async def tokenize(http: web.Request) -> web.Response:
     except orjson.JSONDecodeError:
         chat = False  # validate() reports it
     wire = validate(body, TokenizeChat if chat else TokenizeText)
-    engine = model_slot(http, wire.model).engine
+    engine = model_view(http, wire.model).engine
     tokens = await off_loop(http, _tokens, engine.prompts, wire)
     return _answer(engine, tokens, wire.return_token_strs)
 
 
 async def detokenize(http: web.Request) -> web.Response:
     wire = validate(await read_json(http), Detokenize)
-    prompts = model_slot(http, wire.model).engine.prompts
+    prompts = model_view(http, wire.model).engine.prompts
     vocab = prompts.tokenizer.get_vocab_size(with_added_tokens=True)
     if any(t >= vocab for t in wire.tokens):
         raise InvalidRequest(f"tokens must be in [0, {vocab})", param="tokens")

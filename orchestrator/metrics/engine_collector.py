@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 
 from orchestrator.backends.protocol import BackendStats
 from orchestrator.metrics.scheduler_gauges import device_families, model_families
-from orchestrator.scheduler.scheduler import Scheduler
+from orchestrator.scheduler import Scheduler
 
 STATS_TIMEOUT_S = 0.5
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot
+from orchestrator.scheduler import DeviceMemory, ModelSnapshot
 
 # The states a model moves through (ModelSnapshot.state). Each gets a series, so a state shows as 0 before
 # a model ever enters it; a state added later to the scheduler still shows, as its own series, when entered.

@@ -21,10 +21,11 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from orchestrator.backends.protocol import BackendStats
 from orchestrator.config import ServerConfig
-from orchestrator.engine.catalogue import Catalogue
+from orchestrator.engine.catalogue import Catalogue, Engine
 from orchestrator.errors import (
     EngineDead,
     ModelNotFound,
@@ -39,7 +40,7 @@ from orchestrator.scheduler.admission import RETRY_AFTER_SHUTDOWN_S, AdmissionCo
 from orchestrator.scheduler.ledger import DeviceProbe, MemoryLedger, detect_probe
 from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot, NoEvents, SchedulerEvents
 from orchestrator.scheduler.placement import ModelPlacement
-from orchestrator.scheduler.settings import Priority
+from orchestrator.scheduler.settings import ModelSettings, Priority
 from orchestrator.scheduler.sim_device import simulated_device
 from orchestrator.scheduler.slots import ModelSlot, ModelState, build_slots
 from orchestrator.supervisor.handle import WorkerHandle, WorkerSource
@@ -50,7 +51,31 @@ FAREWELL_S = 2.0  # after the drain deadline, how long handlers get to send the 
 
 
 
+@dataclass(frozen=True)
+class ModelView:
+    """A served model as the HTTP side sees it: its name, its engine (manifest, tokenizer, template) and its
+    settings from models.toml. Nothing of its state: that changes under the scheduler's hand."""
+
+    name: str
+    engine: Engine
+    settings: ModelSettings
+
+
+@dataclass(frozen=True)
+class LedgerState:
+    device: str
+    capacity_bytes: int
+    reserve_bytes: int
+    used_bytes: int
+    free_bytes: int
+
+
 class Scheduler:
+    """The HTTP side's one way into scheduling: a read-only view of each model (`model`, `model_names`), a lease
+    on a loaded model's worker for a request (`lease`), snapshots for metrics and the admin API, the admin
+    operations (load, unload, pin) and the server's lifecycle (start, drain, stop). The HTTP side imports
+    nothing else of this package (`orchestrator/scheduler/__init__.py` is that list)."""
+
     def __init__(
         self,
         config: ServerConfig,
@@ -143,6 +168,26 @@ class Scheduler:
         loaded = {n: s.worker for n, s in self.slots.items() if s.state is ModelState.READY and s.worker}
         answers = await asyncio.gather(*(worker.stats(timeout_s) for worker in loaded.values()))
         return {name: stats for name, stats in zip(loaded, answers, strict=True) if stats is not None}
+
+    def model_names(self) -> list[str]:
+        """Every model this server serves (loaded or not), in catalogue order."""
+        return list(self.slots)
+
+    def model(self, model: str) -> ModelView:
+        """What the HTTP side may know of a model before admission: its engine and its settings (read-only).
+        Raises ModelNotFound, or ModelUnavailable for an engine folder that was refused."""
+        slot = self.slot_for(model)
+        return ModelView(slot.name, slot.engine, slot.settings)
+
+    def memory(self) -> LedgerState:
+        """The memory ledger's device and numbers now, for the admin API."""
+        ledger = self.ledger
+        return LedgerState(ledger.probe.name, ledger.capacity, ledger.reserve, ledger.used, ledger.free())
+
+    @property
+    def spare_worker(self) -> str:
+        """The spare worker's state (none, starting, ready), for the admin API."""
+        return self.workers.spare_state
 
     def slot_for(self, model: str) -> ModelSlot:
         """The model's slot; raises ModelNotFound, or ModelUnavailable for an engine folder that was refused."""
