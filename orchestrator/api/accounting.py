@@ -1,11 +1,10 @@
-"""The first and last word on every request: its record (record.py) is made before anything else runs, and
-settled once the response is done, whatever happened: the key's limiter gets its running request back and
-its tokens charged, generation requests are metered per key (access/usage.py), and the audit log gets its
-line (access/audit.py). Probes and scrapes (/health, /ready, /metrics) are not audited."""
+"""What a finished request is charged and what is written of it, once its final status is known (outcome.py):
+the key's limiter gets its running request back and its tokens charged, generation requests are metered per key
+(access/usage.py), and the audit log gets its line (access/audit.py). Probes and scrapes (/health, /ready,
+/metrics) are not audited."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from aiohttp import web
@@ -13,30 +12,16 @@ from aiohttp import web
 from orchestrator.access.audit import AuditLog
 from orchestrator.access.usage import UsageMeter
 from orchestrator.api.auth import OPEN_PATHS
-from orchestrator.api.record import RECORD, RequestRecord
+from orchestrator.api.record import RequestRecord
 from orchestrator.lifecycle import InferenceRequest
-from orchestrator.metrics.http_metrics import CLIENT_GONE
 
 
-def accounting_middleware(usage: UsageMeter, audit: AuditLog):
-    @web.middleware
-    async def account(http: web.Request, handler) -> web.StreamResponse:
-        record = http[RECORD] = RequestRecord()
-        status = 500  # what aiohttp answers for an exception nobody turned into a response
-        try:
-            response = await handler(http)
-            status = response.status
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        except (asyncio.CancelledError, ConnectionResetError):
-            status = CLIENT_GONE
-            raise
-        finally:
-            _settle(http, record, status, usage, audit)
+class Accounting:
+    def __init__(self, usage: UsageMeter, audit: AuditLog):
+        self._usage, self._audit = usage, audit
 
-    return account
+    def settle(self, http: web.Request, record: RequestRecord) -> None:
+        _settle(http, record, record.status, self._usage, self._audit)
 
 
 def _engine_seconds(request: InferenceRequest) -> float:

@@ -1,7 +1,7 @@
 """The aiohttp application: routes, middlewares, and the start/stop of the scheduler.
 
-Middlewares, outermost first: HTTP metrics; accounting (the request's record and id, settled last: key
-limits, usage, audit log); errors (everything as OpenAI's JSON error); browser origins (CORS); API keys.
+Middlewares, outermost first: the outcome (the request's record and id, made first; its final status worked out
+once, then observed by the HTTP metrics and settled by the accounting: key limits, usage, audit log); errors (everything as OpenAI's JSON error); browser origins (CORS); API keys.
 
 The scheduler starts with the app (its initial loads run in a task, so the server listens while models
 load) and stops in the app's cleanup: on shutdown it drains first, then stops every worker.
@@ -23,7 +23,7 @@ from orchestrator.access.limits import Limits
 from orchestrator.access.usage import UsageMeter
 from orchestrator.api import admin
 from orchestrator.api.access import model_view, visible_models
-from orchestrator.api.accounting import accounting_middleware
+from orchestrator.api.accounting import Accounting
 from orchestrator.api.auth import auth_middleware
 from orchestrator.api.body import parse
 from orchestrator.api.error_handling import errors_middleware, stamp_request_id
@@ -31,6 +31,7 @@ from orchestrator.api.generation import serve_generation
 from orchestrator.api.http import json_response
 from orchestrator.api.openapi import openapi
 from orchestrator.api.origins import origins_middleware, stamp_cors
+from orchestrator.api.outcome import outcome_middleware
 from orchestrator.api.preparation import most_prompt_chars
 from orchestrator.api.responses import Format
 from orchestrator.api.state import STATE, AppState
@@ -41,7 +42,7 @@ from orchestrator.engine.catalogue import Catalogue
 from orchestrator.engine.manifest import EngineManifest
 from orchestrator.metrics.engine_collector import EngineCollector
 from orchestrator.metrics.event_loop import EventLoopCollector
-from orchestrator.metrics.http_metrics import http_metrics_middleware
+from orchestrator.metrics.http_metrics import HttpDurations
 from orchestrator.metrics.registry import new_registry
 from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.metrics.scheduler_events import SchedulerMetrics
@@ -140,8 +141,7 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
                              cache_entries=config.structured.cache_entries)
     app = web.Application(
         middlewares=[
-            http_metrics_middleware(registry),
-            accounting_middleware(usage, audit),  # first in, last out: the request's record and its settling
+            outcome_middleware(HttpDurations(registry), Accounting(usage, audit)),  # first in, last out
             errors_middleware,
             origins_middleware(config.http.allowed_origins),
             auth_middleware(keys),

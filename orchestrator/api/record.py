@@ -1,6 +1,6 @@
 """What the server knows about one HTTP request while it is handled, under one typed request key: its id, the
 API key's policy, the model it named, and (for generation requests) its inference request, the key's limiter
-and what the limiter took. The accounting middleware (accounting.py) makes it first and settles it last."""
+and what the limiter took. The outcome middleware (outcome.py) makes it first and settles it last."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ class RequestRecord:
     tokens_taken: int = 0  # prompt tokens the limiter took on admission
     prompt_text: object = None  # the prompt (messages or text), kept only for an audit log with text
     completions: dict[str, list[str]] | None = None  # engine request id -> text, likewise
+    status: int | None = None  # the final HTTP status, set once by the outcome middleware
 
 
 RECORD = web.RequestKey("inferno_record", RequestRecord)

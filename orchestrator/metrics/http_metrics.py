@@ -1,9 +1,7 @@
-"""HTTP request durations by route, method and status, measured by an aiohttp middleware."""
+"""HTTP request durations by route, method and status, observed once per request by the outcome middleware
+(api/outcome.py), which works out the final status."""
 
 from __future__ import annotations
-
-import asyncio
-import time
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Histogram
@@ -21,32 +19,19 @@ def _route(http: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
-def http_metrics_middleware(registry: CollectorRegistry):
-    duration = Histogram(
-        "inferno_http_request_duration_seconds",
-        "Seconds from receiving an HTTP request to the end of its response (a whole stream), by route, "
-        "method and status.",
-        ["route", "method", "status"],
-        buckets=HTTP_BUCKETS,
-        registry=registry,
-    )
+class HttpDurations:
+    """inferno_http_request_duration_seconds: one observation per request, with its final status."""
 
-    @web.middleware
-    async def http_metrics(http: web.Request, handler) -> web.StreamResponse:
-        started = time.monotonic()
-        status = 500  # what aiohttp answers for an exception no inner middleware turned into a response
-        try:
-            response = await handler(http)
-            status = response.status
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        except (asyncio.CancelledError, ConnectionResetError):
-            status = CLIENT_GONE
-            raise
-        finally:
-            method = http.method if http.method in METHODS else "other"
-            duration.labels(_route(http), method, str(status)).observe(time.monotonic() - started)
+    def __init__(self, registry: CollectorRegistry):
+        self._duration = Histogram(
+            "inferno_http_request_duration_seconds",
+            "Seconds from receiving an HTTP request to the end of its response (a whole stream), by route, "
+            "method and status.",
+            ["route", "method", "status"],
+            buckets=HTTP_BUCKETS,
+            registry=registry,
+        )
 
-    return http_metrics
+    def observe(self, http: web.Request, status: int, seconds: float) -> None:
+        method = http.method if http.method in METHODS else "other"
+        self._duration.labels(_route(http), method, str(status)).observe(seconds)

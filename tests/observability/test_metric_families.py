@@ -12,12 +12,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from orchestrator.api.outcome import outcome_middleware
 from orchestrator.backends.protocol import BackendStats
 from orchestrator.engine.request import EngineRequest
 from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
 from orchestrator.metrics.engine_collector import engine_families
 from orchestrator.metrics.event_loop import EventLoopCollector
-from orchestrator.metrics.http_metrics import http_metrics_middleware
+from orchestrator.metrics.http_metrics import HttpDurations
 from orchestrator.metrics.registry import new_registry
 from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.metrics.scheduler_events import SchedulerMetrics
@@ -217,7 +218,7 @@ def http_app(registry: CollectorRegistry) -> web.Application:
         await asyncio.sleep(30)
         return web.json_response({})
 
-    app = web.Application(middlewares=[http_metrics_middleware(registry)])
+    app = web.Application(middlewares=[outcome_middleware(HttpDurations(registry))])
     app.router.add_get("/items/{item}", ok)
     app.router.add_post("/refused", refused)
     app.router.add_get("/broken", broken)
