@@ -121,7 +121,7 @@ class KeyLimiter:
         )
 
 
-class Limits:
+class KeyLimiters:
     """Every key's limiter, made on the key's first request."""
 
     def __init__(self, clock: Callable[[], float]):

@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from orchestrator.access.audit import AuditLog
 from orchestrator.access.keys import load_keys
-from orchestrator.access.limits import Limits
+from orchestrator.access.limits import KeyLimiters
 from orchestrator.access.usage import UsageMeter
 from orchestrator.api import admin
 from orchestrator.api.access import model_view, visible_models
@@ -150,7 +150,7 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
     )
     app[STATE] = AppState(
         config, catalogue, scheduler, registry, RequestMetrics(registry), engine_collector, grammar,
-        keys=keys, limits=Limits(time.monotonic), usage=usage, audit=audit,
+        keys=keys, limits=KeyLimiters(time.monotonic), usage=usage, audit=audit,
     )
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)

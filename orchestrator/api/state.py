@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from orchestrator.access.audit import AuditLog
 from orchestrator.access.keys import KeyRing
-from orchestrator.access.limits import Limits
+from orchestrator.access.limits import KeyLimiters
 from orchestrator.access.usage import UsageMeter
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import Catalogue
@@ -30,7 +30,7 @@ class AppState:
     engine_collector: EngineCollector
     grammar: GrammarChecker  # compiles every output constraint before its request is admitted
     keys: KeyRing
-    limits: Limits  # per-key limiters
+    limits: KeyLimiters  # per-key limiters
     usage: UsageMeter  # per-key usage
     audit: AuditLog
     initial_loads: asyncio.Task | None = None  # the scheduler's start, begun with the app

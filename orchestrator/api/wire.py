@@ -1,7 +1,7 @@
 """OpenAI's request bodies as pydantic types, and their one conversion into engine requests.
 
 Validation errors name the field; every number is bounded here to what every backend can honour (the bounds
-live in engine/request.py's LIMITS). Anything this server cannot honour is refused with a 400 that says so,
+live in engine/request.py's FIELD_BOUNDS). Anything this server cannot honour is refused with a 400 that says so,
 never silently ignored. Besides OpenAI's fields, the extension fields serving peers declare are accepted
 (vLLM, trtllm-serve, SGLang): ignore_eos, min_tokens, repetition_penalty, min_p, top_k, stop_token_ids,
 include_stop_str_in_output, stream_options.continuous_usage_stats, chat_template_kwargs, and NVIDIA's `nvext`.
@@ -25,7 +25,7 @@ from orchestrator.api.engine_requests import (
 from orchestrator.api.output_plan import OutputPlan
 from orchestrator.backends import features_of
 from orchestrator.engine.catalogue import Engine
-from orchestrator.engine.request import INT32_MAX, LIMITS
+from orchestrator.engine.request import FIELD_BOUNDS, INT32_MAX
 from orchestrator.errors import InvalidRequest, UnsupportedParameter
 from orchestrator.lifecycle import InferenceRequest
 from orchestrator.structured.guide import (
@@ -39,7 +39,7 @@ from orchestrator.structured.tools import ToolChoice, ToolDefinition, plan_tools
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
-StopString = Annotated[str, Field(min_length=1, max_length=LIMITS.stop_string_chars)]
+StopString = Annotated[str, Field(min_length=1, max_length=FIELD_BOUNDS.stop_string_chars)]
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
@@ -112,26 +112,26 @@ class _GenerationRequest(_Wire):
     DEFAULT_MAX_TOKENS: ClassVar[int | None] = None  # without max_tokens: what the context leaves
 
     model: str
-    max_tokens: Annotated[int, Field(ge=1, le=LIMITS.max_new_tokens)] | None = None
-    temperature: Annotated[Finite, Field(ge=0, le=LIMITS.temperature)] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=FIELD_BOUNDS.max_new_tokens)] | None = None
+    temperature: Annotated[Finite, Field(ge=0, le=FIELD_BOUNDS.temperature)] | None = None
     top_p: Annotated[Finite, Field(gt=0, le=1)] | None = None
-    top_k: Annotated[int, Field(ge=-1, le=LIMITS.top_k)] | None = None  # -1 or 0: the whole vocabulary
+    top_k: Annotated[int, Field(ge=-1, le=FIELD_BOUNDS.top_k)] | None = None  # -1 or 0: the whole vocabulary
     min_p: Annotated[Finite, Field(ge=0, le=1)] | None = None
-    n: Annotated[int, Field(ge=1, le=LIMITS.choices)] = 1
+    n: Annotated[int, Field(ge=1, le=FIELD_BOUNDS.choices)] = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: StopString | Annotated[list[StopString], Field(max_length=LIMITS.stop_strings)] | None = None
-    stop_token_ids: Annotated[list[TokenId], Field(max_length=LIMITS.stop_token_ids)] | None = None
+    stop: StopString | Annotated[list[StopString], Field(max_length=FIELD_BOUNDS.stop_strings)] | None = None
+    stop_token_ids: Annotated[list[TokenId], Field(max_length=FIELD_BOUNDS.stop_token_ids)] | None = None
     include_stop_str_in_output: bool = False
     ignore_eos: bool | None = None
     min_tokens: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
-    seed: Annotated[int, Field(ge=LIMITS.seed_min, le=LIMITS.seed_max)] | None = None
-    presence_penalty: Annotated[Finite, Field(ge=-LIMITS.penalty, le=LIMITS.penalty)] = 0.0
-    frequency_penalty: Annotated[Finite, Field(ge=-LIMITS.penalty, le=LIMITS.penalty)] = 0.0
-    repetition_penalty: Annotated[Finite, Field(gt=0, le=LIMITS.repetition_penalty)] = 1.0
+    seed: Annotated[int, Field(ge=FIELD_BOUNDS.seed_min, le=FIELD_BOUNDS.seed_max)] | None = None
+    presence_penalty: Annotated[Finite, Field(ge=-FIELD_BOUNDS.penalty, le=FIELD_BOUNDS.penalty)] = 0.0
+    frequency_penalty: Annotated[Finite, Field(ge=-FIELD_BOUNDS.penalty, le=FIELD_BOUNDS.penalty)] = 0.0
+    repetition_penalty: Annotated[Finite, Field(gt=0, le=FIELD_BOUNDS.repetition_penalty)] = 1.0
     logit_bias: Annotated[
-        dict[str, Annotated[Finite, Field(ge=-LIMITS.logit_bias, le=LIMITS.logit_bias)]],
-        Field(max_length=LIMITS.logit_bias_entries),
+        dict[str, Annotated[Finite, Field(ge=-FIELD_BOUNDS.logit_bias, le=FIELD_BOUNDS.logit_bias)]],
+        Field(max_length=FIELD_BOUNDS.logit_bias_entries),
     ] | None = None
     user: str | None = None
     service_tier: str | None = None  # "flex" runs as batch priority, "priority" as interactive
@@ -237,9 +237,9 @@ class _GenerationRequest(_Wire):
 
 class ChatCompletionRequest(_GenerationRequest):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    max_completion_tokens: Annotated[int, Field(ge=1, le=LIMITS.max_new_tokens)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1, le=FIELD_BOUNDS.max_new_tokens)] | None = None
     logprobs: bool | None = None
-    top_logprobs: Annotated[int, Field(ge=0, le=LIMITS.top_logprobs)] | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=FIELD_BOUNDS.top_logprobs)] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[ToolDefinition] | None = None
     tool_choice: ToolChoice | None = None
@@ -286,7 +286,7 @@ class CompletionRequest(_GenerationRequest):
     logprobs: Annotated[int, Field(ge=0, le=5)] | None = None  # alternatives per token; 0: the chosen one only
     echo: bool = False
     suffix: str | None = None
-    best_of: Annotated[int, Field(ge=1, le=LIMITS.choices)] | None = None
+    best_of: Annotated[int, Field(ge=1, le=FIELD_BOUNDS.choices)] | None = None
 
     DEFAULT_MAX_TOKENS: ClassVar[int | None] = COMPLETIONS_DEFAULT_MAX_TOKENS
 

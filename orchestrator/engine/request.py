@@ -4,7 +4,7 @@ The HTTP layer builds an `EngineRequest` once from the validated wire request (`
 api/wire.py); backends never see JSON, chat messages or HTTP. One EngineRequest is one sequence: `n` choices are
 `n` EngineRequests sharing a prompt (the engines' prefix caches make the shared prompt cheap).
 
-`LIMITS` holds the bounds every backend can honour. The wire types take their field constraints from it, and
+`FIELD_BOUNDS` holds the bounds every backend can honour. The wire types take their field constraints from it, and
 the worker checks every request against it again (`check_request`) before a backend sees it, so no value can
 reach an engine loop unchecked.
 """
@@ -22,7 +22,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True)
-class Limits:
+class FieldBounds:
     """Bounds of every numeric request field, the same for every backend."""
 
     max_new_tokens: int = INT32_MAX  # the engine's sequence length is checked against it separately
@@ -41,7 +41,7 @@ class Limits:
     choices: int = 16
 
 
-LIMITS = Limits()
+FIELD_BOUNDS = FieldBounds()
 
 
 class FinishReason(StrEnum):
@@ -136,7 +136,7 @@ def check_request(request: EngineRequest, vocab_size: int) -> None:
 
     The HTTP layer already refuses these at the wire; the worker calls this again before a backend sees the
     request, so a value that slipped through fails its own request instead of an engine loop."""
-    s, limits = request.sampling, LIMITS
+    s, limits = request.sampling, FIELD_BOUNDS
     checks = [
         ("max_tokens", request.max_new_tokens, 1 <= request.max_new_tokens <= limits.max_new_tokens),
         ("min_tokens", request.min_tokens, 0 <= request.min_tokens <= request.max_new_tokens),

@@ -85,7 +85,7 @@ def kv_cells(settings: BackendSettings) -> int:
     return max(cells, CELL_PADDING)
 
 
-def ram_cache_bytes(settings: BackendSettings) -> int:
+def prompt_cache_bytes(settings: BackendSettings) -> int:
     """The RAM prompt cache's budget: the option when given, else half the KV cache budget. It fills up to its
     budget as requests finish (each keeps a copy of its KV cells, 23 KB a token for SmolLM2), so the worker's
     memory grows by that much, then holds."""
@@ -176,7 +176,7 @@ class LlamaCppBackend:
         engine_limits = EngineLimits(
             n_batch=shape.n_batch,
             max_seq_len=min(limits.max_seq_len, layout.seq_cells),
-            ram_cache_bytes=ram_cache_bytes(settings),
+            prompt_cache_bytes=prompt_cache_bytes(settings),
         )
         ends = frozenset(manifest.tokenizer.eos_token_ids)
         self._engine = EngineLoop(self._context, engine_limits, ends, self._hand_over, self._hand_over_death)

@@ -68,7 +68,7 @@ class Sequence:
 class EngineLimits:
     n_batch: int
     max_seq_len: int  # prompt + output of one sequence: the manifest's, or less when a slot holds fewer cells
-    ram_cache_bytes: int
+    prompt_cache_bytes: int
     prefill_while_decoding: int = PREFILL_WHILE_DECODING
 
 
@@ -83,7 +83,7 @@ class EngineLoop:
         self._deliver = deliver
         self._die = die
         self._table = SlotTable(context)
-        self._ram = RamPromptCache(limits.ram_cache_bytes)
+        self._ram = RamPromptCache(limits.prompt_cache_bytes)
         self._inbox: deque = deque()
         self._wake = threading.Event()
         self._stopping = False
