@@ -3,8 +3,6 @@
     inferno bench --engines-dir engines --concurrency 1,4,16 --in-process
     inferno bench --url http://127.0.0.1:8000 --rate 5,10 --duration 60 --slo ttft=0.5,itl=0.05
     inferno bench --baseline-sse --concurrency 64 --osl 256
-    inferno bench swap --engines-dir engines        (the two-model swap scenario)
-    inferno bench soak --duration-s 1800            (mixed traffic for a long time: does anything grow?)
 """
 
 from __future__ import annotations
@@ -62,14 +60,6 @@ def _print_summary(report: dict, path: Path) -> None:
 
 
 def bench_command(argv: list[str]) -> int:
-    if argv[:1] == ["swap"]:
-        from orchestrator.bench.swap import swap_command
-
-        return swap_command(argv[1:])
-    if argv[:1] == ["soak"]:
-        from orchestrator.bench.soak import soak_command
-
-        return soak_command(argv[1:])
     try:
         options = parse_options(argv)
         with tempfile.TemporaryDirectory(prefix="inferno-bench-") as workdir:

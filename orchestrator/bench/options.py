@@ -76,7 +76,6 @@ def _numbers(text: str | None, kind: type, flag: str) -> tuple:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="inferno bench", description="Benchmark an OpenAI-compatible server (docs/benchmarking.md).",
-        epilog="inferno bench swap --help: the two-model swap scenario (cold loads, evictions, swap times)",
     )
     target = p.add_argument_group("target (one of --url, --engines-dir, or --baseline-sse alone)")
     target.add_argument("--url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
