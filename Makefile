@@ -126,9 +126,10 @@ $(VENV)/.bench-installed: pyproject.toml | $(VENV)/.installed
 
 # The served path against the backend driven in-process, at concurrency 1, 4 and 16 on the embedded default;
 # then two models that do not fit together taking turns (cold loads and swaps). JSON in bench/results/.
+# Both are dev tools of this repository (bench/baselines.py, bench/swap.py), not part of the wheel.
 BENCH_ARGS ?=
 bench: default-engine $(VENV)/.bench-installed
-	$(BIN)/inferno bench --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) --concurrency 1,4,16 \
+	$(BIN)/python -m bench.baselines --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) --concurrency 1,4,16 \
 		--requests 48 --osl 64 --in-process $(BENCH_ARGS)
 	$(BIN)/python -m bench.swap --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL)
 
