@@ -126,18 +126,20 @@ $(VENV)/.bench-installed: pyproject.toml | $(VENV)/.installed
 
 # The served path against the backend driven in-process, at concurrency 1, 4 and 16 on the embedded default;
 # then two models that do not fit together taking turns (cold loads and swaps). JSON in bench/results/.
+# Both are dev tools of this repository (bench/baselines.py, bench/swap.py), not part of the wheel.
 BENCH_ARGS ?=
 bench: default-engine $(VENV)/.bench-installed
-	$(BIN)/inferno bench --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) --concurrency 1,4,16 \
+	$(BIN)/python -m bench.baselines --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) --concurrency 1,4,16 \
 		--requests 48 --osl 64 --in-process $(BENCH_ARGS)
-	$(BIN)/inferno bench swap --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL)
+	$(BIN)/python -m bench.swap --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL)
 
 # Mixed traffic for SOAK_S seconds against a server of sim engines and one of the embedded default, watching
 # RSS, fds, threads and asyncio tasks of every server process: a table, a plot and a verdict in bench/results/.
+# A dev tool of this repository (bench/soak/), not part of the wheel.
 SOAK_S ?= 1800
 SOAK_ARGS ?=
 soak: default-engine $(VENV)/.bench-installed
-	$(BIN)/inferno bench soak --duration-s $(SOAK_S) --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) $(SOAK_ARGS)
+	$(BIN)/python -m bench.soak --duration-s $(SOAK_S) --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) $(SOAK_ARGS)
 
 # llama.cpp's own server, from the same source and build as the backend's libraries: the benchmark's comparison.
 # About 3 more minutes on 2 cores.

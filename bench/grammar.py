@@ -156,7 +156,7 @@ async def bench_steps(folder: Path, batches: list[int], tokens: int, threads: in
     `[a-z ]{64}` is far dearer to fill in xgrammar: ~21 ms a row on this vocabulary, against 0.2 ms). Reports
     ms per engine step (first token to last, per request; the median over `rounds` turns) for both, and
     their ratio."""
-    from orchestrator.bench.inprocess import open_engine, run_request
+    from bench.inprocess import open_engine, run_request
     from orchestrator.engine.manifest import load_manifest
     from orchestrator.engine.request import EngineRequest, SamplingParams
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from bench.stats import percentile, rounded
+from orchestrator.bench.stats import percentile, rounded
 from orchestrator.launch import start_server
 
 MODEL = "smollm2-135m"

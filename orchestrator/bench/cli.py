@@ -1,10 +1,7 @@
 """`inferno bench`: parse, run, write the result file and the plot, print the table.
 
-    inferno bench --engines-dir engines --concurrency 1,4,16 --in-process
+    inferno bench --engines-dir engines --concurrency 1,4,16
     inferno bench --url http://127.0.0.1:8000 --rate 5,10 --duration 60 --slo ttft=0.5,itl=0.05
-    inferno bench --baseline-sse --concurrency 64 --osl 256
-    inferno bench swap --engines-dir engines        (the two-model swap scenario)
-    inferno bench soak --duration-s 1800            (mixed traffic for a long time: does anything grow?)
 """
 
 from __future__ import annotations
@@ -14,15 +11,15 @@ import json
 import signal
 import sys
 import tempfile
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 
 from orchestrator import aio
-from orchestrator.bench.options import BenchError, parse_options
+from orchestrator.bench.options import BenchError, BenchOptions, parse_options
 from orchestrator.bench.plot import plot
 from orchestrator.bench.report import table, write
-from orchestrator.bench.run import run_bench
-from orchestrator.bench.targets import TargetError
+from orchestrator.bench.run import Baseline, open_target, run_bench
+from orchestrator.bench.targets import Target, TargetError
 
 
 async def stoppable(work: Coroutine):
@@ -62,23 +59,29 @@ def _print_summary(report: dict, path: Path) -> None:
 
 
 def bench_command(argv: list[str]) -> int:
-    if argv[:1] == ["swap"]:
-        from orchestrator.bench.swap import swap_command
-
-        return swap_command(argv[1:])
-    if argv[:1] == ["soak"]:
-        from orchestrator.bench.soak import soak_command
-
-        return soak_command(argv[1:])
     try:
         options = parse_options(argv)
-        with tempfile.TemporaryDirectory(prefix="inferno-bench-") as workdir:
-            report = aio.run(stoppable(run_bench(options, argv, Path(workdir), _show)))
-    except (BenchError, TargetError) as exc:
+    except BenchError as exc:
         print(f"inferno bench: error: {exc}", file=sys.stderr)
         return 2
+    return run_command("inferno bench", argv, options)
+
+
+def run_command(
+    prog: str, argv: list[str], options: BenchOptions,
+    target_of: Callable[[BenchOptions, Path], Target] = open_target, baselines: Sequence[Baseline] = (),
+) -> int:
+    """Run every series, write the result file and the plot, print the table; returns the exit status.
+    `inferno bench` runs through here, and so do the dev comparisons that add baselines (bench/baselines.py)."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="inferno-bench-") as workdir:
+            run = run_bench(options, [*prog.split(), *argv], Path(workdir), _show, target_of, baselines)
+            report = aio.run(stoppable(run))
+    except (BenchError, TargetError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     except (KeyboardInterrupt, asyncio.CancelledError):
-        print("inferno bench: stopped; no result written", file=sys.stderr)
+        print(f"{prog}: stopped; no result written", file=sys.stderr)
         return 130
     path = write(report, options.out)
     if options.plot:

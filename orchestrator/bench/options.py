@@ -42,10 +42,6 @@ class BenchOptions:
     temperature: float
     slo: Slo
     exclude_threads: tuple[str, ...]
-    in_process: bool
-    baseline_sse: bool
-    sse_step_ms: float
-    sse_burst: int
     out: Path
     plot: bool
 
@@ -73,12 +69,9 @@ def _numbers(text: str | None, kind: type, flag: str) -> tuple:
     return values
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="inferno bench", description="Benchmark an OpenAI-compatible server (docs/benchmarking.md).",
-        epilog="inferno bench swap --help: the two-model swap scenario (cold loads, evictions, swap times)",
-    )
-    target = p.add_argument_group("target (one of --url, --engines-dir, or --baseline-sse alone)")
+def parser(prog: str = "inferno bench") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Benchmark an OpenAI-compatible server (docs/benchmarking.md).")
+    target = p.add_argument_group("target (one of --url or --engines-dir)")
     target.add_argument("--url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     target.add_argument("--engines-dir", type=Path, help="start an Inferno server on these engines, stop it after")
     target.add_argument("--model", "--models", dest="models", action="append", default=[], metavar="NAMES",
@@ -88,7 +81,7 @@ def parser() -> argparse.ArgumentParser:
     target.add_argument("--api-key", help="sent as a bearer token")
     target.add_argument("--tokenizer", type=Path, help="folder with tokenizer.json, for exact prompt lengths with --url")
     target.add_argument("--engine-threads", type=int,
-                        help="CPU threads of hf engines, served and in-process alike (default: all cores)")
+                        help="CPU threads of the hf engines the bench serves (default: all cores)")
     load = p.add_argument_group("load")
     load.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,16")
     load.add_argument("--rate", help="open-loop levels in requests per second (Poisson arrivals), e.g. 5,10")
@@ -111,10 +104,6 @@ def parser() -> argparse.ArgumentParser:
     measure = p.add_argument_group("measurement")
     measure.add_argument("--slo", default="", help="goodput bounds in seconds, e.g. ttft=0.5,itl=0.05")
     measure.add_argument("--exclude-threads", default="", help="thread names (globs) left out of the server CPU")
-    measure.add_argument("--in-process", action="store_true", help="also drive the backend in-process (needs --engines-dir)")
-    measure.add_argument("--baseline-sse", action="store_true", help="also run the bare aiohttp SSE server")
-    measure.add_argument("--sse-step-ms", type=float, default=0.0, help="bare server: ms between steps (0: flat out)")
-    measure.add_argument("--sse-burst", type=int, default=1, help="bare server: tokens per stream per step")
     output = p.add_argument_group("output")
     output.add_argument("--out", type=Path, default=Path("bench/results"))
     output.add_argument("--no-plot", dest="plot", action="store_false")
@@ -124,10 +113,6 @@ def parser() -> argparse.ArgumentParser:
 def _check_target(args: argparse.Namespace) -> None:
     if args.url and args.engines_dir:
         raise BenchError("give --url or --engines-dir, not both")
-    if not (args.url or args.engines_dir or args.baseline_sse):
-        raise BenchError("give a target: --url URL, --engines-dir DIR, or --baseline-sse")
-    if args.in_process and not args.engines_dir:
-        raise BenchError("--in-process drives the engines itself: give --engines-dir")
     if args.server_pid is not None and not args.url:
         raise BenchError("--server-pid is for --url targets (a server the bench starts is measured anyway)")
     if args.engine_threads is not None and (args.engine_threads < 1 or not args.engines_dir):
@@ -153,7 +138,12 @@ def _check_load(args: argparse.Namespace, concurrency: tuple, rates: tuple) -> N
 
 def parse_options(argv: list[str]) -> BenchOptions:
     """Raises BenchError (or exits through argparse for unknown flags)."""
-    args = parser().parse_args(argv)
+    return options_from(parser().parse_args(argv))
+
+
+def options_from(args: argparse.Namespace) -> BenchOptions:
+    """The options of parsed arguments (of `parser()`, or of a parser that adds flags of its own to it);
+    raises BenchError. Whether a target is given is checked when it is opened (run.open_target)."""
     _check_target(args)
     concurrency = _numbers(args.concurrency, int, "--concurrency")
     rates = _numbers(args.rate, float, "--rate")
@@ -165,8 +155,6 @@ def parse_options(argv: list[str]) -> BenchOptions:
         slo = Slo.parse(args.slo)
     except ValueError as exc:
         raise BenchError(str(exc)) from exc
-    if args.sse_step_ms < 0 or args.sse_burst < 1:
-        raise BenchError("--sse-step-ms must be >= 0 and --sse-burst >= 1")
     return BenchOptions(
         url=args.url, engines_dir=args.engines_dir, models=models, server_args=tuple(shlex.split(args.server_args)),
         server_pid=args.server_pid, api_key=args.api_key, tokenizer=args.tokenizer, engine_threads=args.engine_threads,
@@ -175,6 +163,5 @@ def parse_options(argv: list[str]) -> BenchOptions:
         max_requests=args.max_requests, warmup=args.warmup, trace=args.trace, seed=args.seed, timeout_s=args.timeout,
         isl=isl, osl=osl, ignore_eos=args.ignore_eos, chat=args.endpoint == "chat", temperature=args.temperature,
         slo=slo, exclude_threads=tuple(p.strip() for p in args.exclude_threads.split(",") if p.strip()),
-        in_process=args.in_process, baseline_sse=args.baseline_sse, sse_step_ms=args.sse_step_ms,
-        sse_burst=args.sse_burst, out=args.out, plot=args.plot,
+        out=args.out, plot=args.plot,
     )

@@ -1,23 +1,23 @@
-"""One `inferno bench` run: the target's series, then the same levels in-process and against the bare SSE
-server where asked, and the ratios between them. Returns the whole result as one dict."""
+"""One `inferno bench` run: the target's series, then any baselines' series on the same levels and the
+ratios between them. Returns the whole result as one dict."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from contextlib import AsyncExitStack
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.bench.inprocess import open_engine
 from orchestrator.bench.levels import WARMUP_SEED_OFFSET, plan_levels, warmup_specs
 from orchestrator.bench.options import BenchError, BenchOptions
 from orchestrator.bench.prompts import PromptMaker, prompts_for
 from orchestrator.bench.report import machine, ratios, versions
-from orchestrator.bench.senders import HttpSender, InProcessSender, RequestShape
+from orchestrator.bench.senders import HttpSender, RequestShape
 from orchestrator.bench.series import CpuProbe, run_levels, warm_up
-from orchestrator.bench.targets import Target, connect, start_bare_sse, start_inferno
+from orchestrator.bench.targets import Target, connect, start_inferno
 from orchestrator.bench.workload import ModelMix, RequestSpec
+
+Show = Callable[[dict], None]  # prints a row as soon as its level ends
 
 
 def open_target(options: BenchOptions, workdir: Path) -> Target:
@@ -27,7 +27,7 @@ def open_target(options: BenchOptions, workdir: Path) -> Target:
     if options.engines_dir:
         threads = ["--worker.threads", str(options.engine_threads)] if options.engine_threads else []
         return start_inferno(options.engines_dir, names, [*threads, *options.server_args], workdir / "server.log")
-    return start_bare_sse(options.sse_step_ms, options.sse_burst, workdir / "bare-sse.log")
+    raise BenchError("give a target: --url URL or --engines-dir DIR")
 
 
 class Workload:
@@ -55,9 +55,20 @@ class Workload:
         return {"isl_exact": exact, "method": {m: maker.method for m, maker in self.makers.items()}}
 
 
-async def _http_series(
-    name: str, target: Target, work: Workload, options: BenchOptions, show: Callable[[dict], None]
-) -> list[dict]:
+@dataclass(frozen=True)
+class Baseline:
+    """A series run after the target's (its server stopped by then) on the same levels, prompts and warm-up,
+    and set against it in the result's ratios. `inferno bench` has none of its own; the dev comparisons in the
+    repository's bench/baselines.py add theirs (the backend driven in-process, a bare aiohttp SSE server),
+    since such ratios hold only within one run on one machine."""
+
+    name: str  # its rows' series, and what the ratios are of
+    run: Callable[[Workload, BenchOptions, Path, Show], Awaitable[list[dict]]]  # (..., workdir, show) -> rows
+    settings: dict = field(default_factory=dict)  # recorded in the result's settings, under `baselines`
+
+
+async def http_series(name: str, target: Target, work: Workload, options: BenchOptions, show: Show) -> list[dict]:
+    """The workload sent to `target` over HTTP: the warm-up, then every level."""
     shape = RequestShape(options.chat, options.ignore_eos, options.temperature)
     sender = HttpSender(target.api, shape, options.timeout_s, options.api_key)
     cpu = CpuProbe(target.pid, target.roles, options.exclude_threads) if target.pid else None
@@ -68,33 +79,22 @@ async def _http_series(
         sender.close()
 
 
-async def _in_process_series(work: Workload, options: BenchOptions, show: Callable[[dict], None]) -> list[dict]:
-    from orchestrator.text.prompt import PromptEncoder
-
-    shape = RequestShape(options.chat, options.ignore_eos, options.temperature)
-    async with AsyncExitStack() as stack:
-        engines = {m: await stack.enter_async_context(open_engine(options.engines_dir / m, options.engine_threads)) for m in work.models}
-        encoders = {m: PromptEncoder(options.engines_dir / m) for m in work.models}
-        sender = InProcessSender(engines, encoders, shape)
-        await warm_up(sender, work.warmup, work.warmup_prompts)
-        pid = os.getpid()
-        cpu = CpuProbe(pid, lambda: {pid: "in-process"}, options.exclude_threads)
-        return await run_levels("in-process", sender, work.levels, work.prompts, options, cpu, show)
-
-
-async def run_bench(options: BenchOptions, argv: list[str], workdir: Path, show: Callable[[dict], None]) -> dict:
-    """Every series of the run; the result file's content."""
+async def run_bench(
+    options: BenchOptions, command: list[str], workdir: Path, show: Show,
+    target_of: Callable[[BenchOptions, Path], Target] = open_target, baselines: Sequence[Baseline] = (),
+) -> dict:
+    """Every series; the result file's content. The target (`target_of`; by default the one the options name)
+    is stopped as soon as its series is done, before any baseline runs."""
     notes: list[str] = []
     report = {
         "schema": "inferno-bench/1",
-        "command": ["inferno", "bench", *argv],
+        "command": command,
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "settings": options.as_dict(),
+        "settings": options.as_dict() | {"baselines": {b.name: b.settings for b in baselines}},
         "machine": machine(),
         "versions": versions(),
     }
-    target = open_target(options, workdir)
-    main_name = "bare-sse" if target.kind == "bare-sse" else "http"
+    target = target_of(options, workdir)
     try:
         report["target"] = {"kind": target.kind, "api": target.api, "models": target.models, **target.info}
         work = Workload(options, target, notes)
@@ -103,22 +103,14 @@ async def run_bench(options: BenchOptions, argv: list[str], workdir: Path, show:
             notes.append("prompt lengths are approximate (no tokenizer at hand): see each row's prompt_tokens")
         if target.pid is None:
             notes.append("no server CPU: the server is not on this machine (or give --server-pid)")
-        main_rows = await _http_series(main_name, target, work, options, show)
+        main_rows = await http_series(target.series, target, work, options, show)
     finally:
         target.stop()
     rows, report["ratios"] = list(main_rows), []
-    if options.in_process:
-        in_process = await _in_process_series(work, options, show)
-        report["ratios"] += ratios(main_rows, in_process, "in-process")
-        rows += in_process
-    if options.baseline_sse and target.kind != "bare-sse":
-        bare = start_bare_sse(options.sse_step_ms, options.sse_burst, workdir / "bare-sse.log")
-        try:
-            bare_rows = await _http_series("bare-sse", bare, work, options, show)
-        finally:
-            bare.stop()
-        report["ratios"] += ratios(main_rows, bare_rows, "bare-sse")
-        rows += bare_rows
+    for baseline in baselines:
+        baseline_rows = await baseline.run(work, options, workdir, show)
+        report["ratios"] += ratios(main_rows, baseline_rows, baseline.name)
+        rows += baseline_rows
     report["rows"] = rows
     report["errors"] = sum(row["errors"] for row in rows)
     if report["errors"]:
@@ -126,4 +118,3 @@ async def run_bench(options: BenchOptions, argv: list[str], workdir: Path, show:
     report["notes"] = notes
     report["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     return report
-

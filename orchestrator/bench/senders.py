@@ -1,10 +1,9 @@
-"""How one request is sent and timed, for each series: over HTTP to an OpenAI-compatible server, or
-straight into a backend in this process. `prepare` does everything that can be done before the clock
-starts (JSON bodies, token ids); `send` only sends and records."""
+"""How one request is sent and timed: over HTTP to an OpenAI-compatible server. A series sends through a
+`Sender`: `prepare` does everything that can be done before the clock starts (JSON bodies, token ids);
+`send` only sends and records. (bench/inprocess.py sends the same requests straight into a backend.)"""
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -13,7 +12,6 @@ from urllib.parse import urlsplit
 import orjson
 
 from orchestrator.bench.http_client import ConnectionPool, HttpError, post_pooled, request_head
-from orchestrator.bench.inprocess import InProcessEngine, engine_request, run_request
 from orchestrator.bench.record import RequestRecord
 from orchestrator.bench.sse import SseCounter
 from orchestrator.bench.workload import RequestSpec
@@ -91,35 +89,3 @@ class HttpSender:
 
     def close(self) -> None:
         self._pool.close()
-
-
-class InProcessSender:
-    """Drives engines of this process with the same requests (token ids from the same prompts)."""
-
-    def __init__(self, engines: dict[str, InProcessEngine], encoders: dict, shape: RequestShape):
-        self.shape = shape
-        self._engines = engines
-        self._encoders = encoders
-        self._ids = itertools.count()
-
-    def prepare(self, spec: RequestSpec, prompt: str) -> tuple[str, object]:
-        encoder = self._encoders[spec.model]
-        if self.shape.chat:
-            ids = encoder.encode_chat([{"role": "user", "content": prompt}])
-        else:
-            ids = encoder.encode_text(prompt)
-        request = engine_request(f"bench-{next(self._ids)}", ids, spec.osl, self.shape.temperature, self.shape.ignore_eos)
-        return spec.model, request
-
-    async def send(self, prepared: tuple[str, object]) -> RequestRecord:
-        model, request = prepared
-        record = RequestRecord(model, time.perf_counter(), output_tokens=0, prompt_tokens=len(request.prompt_ids))
-
-        def on_tokens(count: int, now: float) -> None:
-            record.token_times.append(now)
-            record.output_tokens += count
-            record.events += 1
-
-        record.error = await run_request(self._engines[model], request, on_tokens)
-        record.end = time.perf_counter()
-        return record

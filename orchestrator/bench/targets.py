@@ -1,4 +1,4 @@
-"""What a run talks to: a server at a URL, an Inferno server it starts, or the bare SSE server it starts.
+"""What a run talks to: a server at a URL, or an Inferno server it starts.
 
 A target knows its API base, the models to load, and, when its server runs on this machine, the root
 process id and a name for each of the server's processes (for CPU accounting).
@@ -7,10 +7,6 @@ process id and a name for each of the server's processes (for CPU accounting).
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,8 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from orchestrator.bench.sse_server import READY as SSE_READY
-from orchestrator.launch import PROJECT_ROOT, start_server
+from orchestrator.launch import start_server
 
 
 class TargetError(Exception):
@@ -51,7 +46,7 @@ def first_model(api: str, api_key: str | None) -> str:
 
 @dataclass
 class Target:
-    kind: str  # "url" | "inferno" | "bare-sse"
+    kind: str  # "url" | "inferno" (the dev comparisons in bench/ add others)
     api: str  # http://host:port/v1
     models: list[str]
     pid: int | None = None  # the server's root process, when it runs on this machine
@@ -59,6 +54,7 @@ class Target:
     info: dict = field(default_factory=dict)
     name_processes: Callable[[int], dict[int, str]] = lambda pid: {pid: "server"}
     stop: Callable[[], None] = lambda: None
+    series: str = "http"  # the name of its rows
 
     def roles(self) -> dict[int, str]:
         return self.name_processes(self.pid) if self.pid else {}
@@ -114,32 +110,3 @@ def start_inferno(engines_dir: Path, models: list[str], server_args: list[str], 
         {"engines_dir": str(engines_dir), "engines": engines, "server_args": server_args, "log": str(log_path)},
         inferno_roles(server.api, None), lambda: server.stop(),
     )
-
-
-def start_bare_sse(step_ms: float, burst: int, log_path: Path, timeout_s: float = 30) -> Target:
-    """The bare SSE server (orchestrator/bench/sse_server.py) as a child process on a free loopback port."""
-    command = [sys.executable, "-m", "orchestrator.bench.sse_server", "--step-ms", str(step_ms), "--burst", str(burst)]
-    with log_path.open("w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT)
-    pattern = re.compile(re.escape(SSE_READY) + r"(http://\S+)")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and process.poll() is None:
-        match = pattern.search(log_path.read_text(errors="replace"))
-        if match:
-            return Target(
-                "bare-sse", match.group(1), ["bare-sse"], process.pid, {"bare-sse": None},
-                {"step_ms": step_ms, "burst": burst}, lambda pid: {pid: "bare-sse"}, lambda: _stop(process),
-            )
-        time.sleep(0.05)
-    _stop(process)
-    raise TargetError(f"the bare SSE server did not start:\n{log_path.read_text(errors='replace')}")
-
-
-def _stop(process: subprocess.Popen, timeout_s: float = 10) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()

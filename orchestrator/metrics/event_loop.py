@@ -2,7 +2,7 @@
 
 Every request, stream and background job of the HTTP process is a task on this one loop, so a count that
 keeps rising under steady traffic, or does not come back down when traffic stops, is a leak (a soak run,
-`inferno bench soak`, watches it).
+`python -m bench.soak` from a checkout, watches it).
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@ import random
 
 import orjson
 
+from bench.soak.bad_requests import bad_requests, openai_error
+from bench.soak.requests import CheckedStream, _check_stream
+from bench.soak.traffic import Mix, generation
 from orchestrator.bench.http_client import Connection
 from orchestrator.bench.record import RequestRecord
-from orchestrator.bench.soak_bad_requests import bad_requests, openai_error
-from orchestrator.bench.soak_requests import CheckedStream, _check_stream
-from orchestrator.bench.soak_traffic import Mix, generation
 
 
 def test_only_openai_error_objects_pass():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bench.soak_servers import SoakError, make_hf_engines
+from bench.soak.servers import SoakError, make_hf_engines
 
 MEMORY_FS = Path("/dev/shm")
 

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from orchestrator.bench.soak_report import failed_reasons, markdown, text_table
-from orchestrator.bench.soak_series import steady_processes, verdict
-from orchestrator.bench.soak_verdict import TOLERANCES, Tolerance, judge_growth, judge_return
+from bench.soak.report import failed_reasons, markdown, text_table
+from bench.soak.series import steady_processes, verdict
+from bench.soak.verdict import TOLERANCES, Tolerance, judge_growth, judge_return
 
 MiB = 2**20
 RSS = TOLERANCES["rss_bytes"]

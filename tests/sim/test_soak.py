@@ -1,6 +1,6 @@
-"""`inferno bench soak` as users run it, briefly: a subprocess soaking a real server of sim engines with every
-kind of traffic, writing its result, table and plot; its verdict applied to the run's own samples with a
-leak added; and a run cancelled while its server starts, which stops that server."""
+"""`python -m bench.soak` as developers run it, briefly: a subprocess soaking a real server of sim engines with
+every kind of traffic, writing its result, table and plot; its verdict applied to the run's own samples with
+a leak added; and a run cancelled while its server starts, which stops that server."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import threading
 
 import pytest
 
-from orchestrator.bench import soak as soak_module
-from orchestrator.bench.soak_bad_requests import bad_requests
-from orchestrator.bench.soak_series import verdict
-from orchestrator.bench.soak_servers import SimEngines
+from bench.soak import run as soak_module
+from bench.soak.bad_requests import bad_requests
+from bench.soak.series import verdict
+from bench.soak.servers import SimEngines
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -28,7 +28,7 @@ MiB = 2**20
 def soak(sim_engine_dir, tmp_path_factory) -> tuple[dict, subprocess.CompletedProcess, list]:
     out = tmp_path_factory.mktemp("soak")
     result = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "bench", "soak", "--duration-s", "16", "--sample-s", "0.5",
+        [sys.executable, "-m", "bench.soak", "--duration-s", "16", "--sample-s", "0.5",
          "--no-hf", "--sim-tokenizer", str(sim_engine_dir), "--sim-load-s", "0.2", "--phase-s", "3",
          "--admin-every", "2", "--quiet-samples", "2", "--seed", "5", "--out", str(out)],
         capture_output=True, text=True, timeout=240, cwd=ROOT, check=False,

@@ -1,9 +1,9 @@
-"""`inferno bench swap`: traffic alternating between two models that do not fit together, so that every
+"""`python -m bench.swap`: traffic alternating between two models that do not fit together, so that every
 switch evicts one and loads the other. Reports the cold load to first token on an empty device, the swap
 time (evict, load, first token) with the spare worker warm and back to back, evictions, and the time to
 first token of each model once loaded, for both spare refill policies.
 
-    inferno bench swap [--engines-dir engines] [--model smollm2-135m] [--rounds 6] [--osl 16]
+    python -m bench.swap [--engines-dir engines] [--model smollm2-135m] [--rounds 6] [--osl 16]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from orchestrator.bench.stats import percentile
 from orchestrator.bench.workload import RequestSpec
 from orchestrator.launch import ServerProcess, copy_engine, start_server
 
+PROG = "python -m bench.swap"
 MODELS = ("alpha", "beta")
 KV_BYTES = 64 * 2**20
 CAPACITY = 1_600_000_000  # one SmolLM2 worker with this KV budget (about 1.0 GiB), never two
@@ -139,8 +140,10 @@ async def run_swap(engine: Path, workdir: Path, rounds: int, osl: int) -> dict:
     return report
 
 
-def swap_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="inferno bench swap", description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Two models that do not fit together taking turns: cold loads, swaps, evictions.",
+    )
     parser.add_argument("--engines-dir", type=Path, default=Path("engines"))
     parser.add_argument("--model", default="smollm2-135m", help="the engine served under two names")
     parser.add_argument("--rounds", type=int, default=6, help="model switches per variant")
@@ -149,18 +152,22 @@ def swap_command(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     engine = args.engines_dir / args.model
     if not (engine / "engine.json").is_file():
-        print(f"inferno bench swap: error: no engine at {engine}", file=sys.stderr)
+        print(f"{PROG}: error: no engine at {engine}", file=sys.stderr)
         return 2
     started = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="inferno-bench-swap-") as workdir:
         try:
             result = aio.run(stoppable(run_swap(engine, Path(workdir), args.rounds, args.osl)))
         except (KeyboardInterrupt, asyncio.CancelledError):
-            print("inferno bench swap: stopped; no result written", file=sys.stderr)
+            print(f"{PROG}: stopped; no result written", file=sys.stderr)
             return 130
-    report = {"schema": "inferno-bench-swap/1", "command": ["inferno", "bench", "swap", *argv], "started_at": started,
+    report = {"schema": "inferno-bench-swap/1", "command": [*PROG.split(), *argv], "started_at": started,
               "engine": str(engine), "osl": args.osl, "machine": machine(), "versions": versions(), "swap": result}
     path = write(report, args.out, prefix="swap")
     print(json.dumps(result, indent=2))
     print(f"wrote {path}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -9,7 +9,7 @@ Two judgements, each with its reason:
   flat series whose value only swings with the load passes.
 - **Back to idle** (`judge_return`): once traffic has stopped and the server is quiet again, the value is at
   most its idle baseline (taken the same way after the warm-up) plus a slack. Each quiet period's value is
-  its lowest sample (soak_series.py says why).
+  its lowest sample (series.py says why).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from orchestrator.bench.soak_requests import Outcome
+from bench.soak.requests import Outcome
 
 EXAMPLES_KEPT = 3
 

@@ -5,8 +5,9 @@ stream in flight `burst` tokens per tick, all in the same tick, as an engine ste
 handler wakes once per tick and writes that tick's chunks in one write, like Inferno's handler: one chunk
 per token with OpenAI's chunk shape (pre-serialised per request), then the usage chunk and [DONE].
 Requests must stream; `max_tokens` (or `max_completion_tokens`) is the number of tokens sent.
+`python -m bench.baselines --baseline-sse` starts it and runs `inferno bench`'s workload against it.
 
-    python -m orchestrator.bench.sse_server [--host 127.0.0.1] [--port 0] [--step-ms 0] [--burst 1]
+    python -m bench.sse_server [--host 127.0.0.1] [--port 0] [--step-ms 0] [--burst 1]
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ async def _serve(host: str, port: int, step_ms: float, burst: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.bench.sse_server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.sse_server", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--step-ms", type=float, default=0.0, help="time between ticks (0: as fast as possible)")

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from bench.soak.bad_requests import bad_requests, send_bad
+from bench.soak.control import PROBES, admin_call, probe
+from bench.soak.requests import Generation, Outcome, send_complete, send_cut, send_stream
+from bench.soak.tally import Tally
 from orchestrator.bench.http_client import ConnectionPool
 from orchestrator.bench.prompts import WORDS
-from orchestrator.bench.soak_bad_requests import bad_requests, send_bad
-from orchestrator.bench.soak_control import PROBES, admin_call, probe
-from orchestrator.bench.soak_requests import Generation, Outcome, send_complete, send_cut, send_stream
-from orchestrator.bench.soak_tally import Tally
 
 UNLOAD_TRIES = 10
 ADMIN_TIMEOUT_S = 300.0  # an admin load waits for the model's load

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict
 
-from orchestrator.bench.soak_verdict import RETURN_SLACK, TOLERANCES, Tolerance, judge_growth, judge_return
+from bench.soak.verdict import RETURN_SLACK, TOLERANCES, Tolerance, judge_growth, judge_return
 
 PROCESS_METRICS = ("rss_bytes", "fds", "threads")
 UNITS = {"rss_bytes": "bytes", "fds": "count", "threads": "count", "tasks": "count"}

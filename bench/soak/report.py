@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from orchestrator.bench.soak_series import UNITS, value_of
+from bench.soak.series import UNITS, value_of
 
 MiB = 2**20
 HEADER = ("server", "process", "metric", "idle before", "traffic 1/3", "2/3", "3/3", "peak", "idle after",

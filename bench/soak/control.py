@@ -6,7 +6,7 @@ from __future__ import annotations
 import aiohttp
 import orjson
 
-from orchestrator.bench.soak_requests import Outcome
+from bench.soak.requests import Outcome
 
 BUSY = "unload it when idle"  # the admin API's refusal of an unload while the model serves (scheduler/admin.py)
 PROBES = ("/health", "/ready", "/metrics", "/v1/models")

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from bench.soak.requests import Body, Outcome
 from orchestrator.bench.http_client import ConnectionPool, HttpError, post_pooled
-from orchestrator.bench.soak_requests import Body, Outcome
 
 
 @dataclass(frozen=True)
