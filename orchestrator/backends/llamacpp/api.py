@@ -205,10 +205,6 @@ class Context:
         """Drop the sequence's cells from position `keep` on (keep=0 empties it)."""
         return bool(self._lib.llama_memory_seq_rm(self._memory, seq, keep, -1))
 
-    def seq_pos_max(self, seq: int) -> int:
-        """The sequence's largest position in the cache, -1 when it holds none."""
-        return self._lib.llama_memory_seq_pos_max(self._memory, seq)
-
     def seq_state(self, seq: int) -> bytes:
         """A copy of one sequence's KV cells (host memory), to restore later with `set_seq_state`."""
         size = self._lib.llama_state_seq_get_size(self.handle, seq)

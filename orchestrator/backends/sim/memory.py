@@ -10,7 +10,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Precision = Literal["fp8", "bf16"]  # weights and KV cache together, as TensorRT-LLM's FP8 and 16-bit builds
-PRECISION_DTYPE = {"fp8": "bfloat16", "bf16": "bfloat16"}  # the dtype of what is not quantised
 KV_BYTES = {"fp8": 1, "bf16": 2}
 CUDA_CONTEXT_BYTES = 512 * 2**20  # per GPU
 ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN = 64  # 2 GiB for Llama-3.1-8B at max_num_tokens 8192 [I]
