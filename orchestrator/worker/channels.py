@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from orchestrator.engine.request import EngineRequest
 from orchestrator.structured.reasoning import ReasoningSplitter
 from orchestrator.structured.tool_formats import ToolFormat
-from orchestrator.structured.tool_parsers import ContentDelta, ToolCallParser, ToolEvent, delta_of
+from orchestrator.structured.tool_parsers import ContentDelta, ToolCallArguments, ToolCallParser, ToolEvent, delta_of
 
 
 @dataclass
@@ -56,8 +56,11 @@ class OutputChannels:
         if events is None:  # no tool parsing: the text is the answer's
             out.content += text
             return
+        calls = out.tool_calls
         for event in events:
             if isinstance(event, ContentDelta):
                 out.content += event.text
+            elif isinstance(event, ToolCallArguments) and calls and calls[-1]["index"] == event.index:
+                calls[-1]["function"]["arguments"] += event.fragment  # one entry per call in a chunk, as OpenAI
             else:
-                out.tool_calls.append(delta_of(event))
+                calls.append(delta_of(event))

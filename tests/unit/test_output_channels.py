@@ -79,3 +79,16 @@ def test_forced_calls_are_parsed_and_a_cut_answer_ends_with_length(tokenizer):
     assert [json.loads(c["arguments"])["city"] for c in calls(deltas)] == ["Paris", "Rome"]
     cut = run(tokenizer, CALL[:40], reasoning=None, tool_calls="forced", step=3, finish=FinishReason.LENGTH)
     assert cut[-1].finish is FinishReason.LENGTH  # a call cut short is not tool_calls
+
+
+@pytest.mark.parametrize("step", [1, 3, 40])
+def test_a_chunk_carries_at_most_one_entry_per_tool_call(tokenizer, step):
+    """OpenAI never sends two delta.tool_calls entries for one index in one chunk (instructor's partial streaming
+    reads the second as a new call): a call's header and its first argument fragments, arriving in the same step,
+    are one entry."""
+    deltas = run(tokenizer, CALL + "\n" + CALL.replace("Paris", "Rome"), reasoning=None, tool_calls="forced",
+                 step=step)
+    for delta in deltas:
+        indexes = [entry["index"] for entry in delta.tool_calls or ()]
+        assert len(indexes) == len(set(indexes)), delta.tool_calls
+    assert [json.loads(c["arguments"])["city"] for c in calls(deltas)] == ["Paris", "Rome"]
