@@ -153,17 +153,20 @@ def test_draw_keys_depend_on_seed_and_position_only():
     assert len({draw_key(seed, pos) for seed in range(10) for pos in range(10)}) == 100
 
 
-def test_logprobs_are_those_of_the_distribution_that_chose():
+def test_logprobs_are_the_models_distribution_before_any_truncation():
+    """What the model thinks of each token (log-softmax of the row), whatever temperature and top-k/top-p do to
+    the draw, with exactly top_logprobs alternatives: a sampled request at the model's default sampling must not
+    report one alternative at log probability 0."""
     row = logits(7)
+    expected = row[0] - np.log(np.exp(row[0]).sum())
     greedy = sampler(logprobs=True, top_logprobs=3)
     choice = sample(row.copy(), [greedy])[0]
-    expected = row[0] - np.log(np.exp(row[0]).sum())
     assert choice.logprob == pytest.approx(float(expected[7]), abs=1e-5)
     assert choice.top[0][0] == 7 and len(choice.top) == 3
     assert [lp for _, lp in choice.top] == sorted((lp for _, lp in choice.top), reverse=True)
 
-    top2 = sampler(SamplingParams(temperature=1.0, top_k=2, seed=9), logprobs=True, top_logprobs=5)
-    choice = sample(row.copy(), [top2])[0]
-    assert len(choice.top) == 2  # only what top-k kept has a probability
-    assert sum(np.exp(lp) for _, lp in choice.top) == pytest.approx(1.0, abs=1e-5)
-    assert choice.logprob == pytest.approx(dict(choice.top)[choice.token])
+    for params in (SamplingParams(temperature=1.0, top_k=2, seed=9), SamplingParams(temperature=0.2, top_p=0.9, seed=9)):
+        choice = sample(row.copy(), [sampler(params, logprobs=True, top_logprobs=5)])[0]
+        assert len(choice.top) == 5 and choice.top[0][0] == 7
+        assert all(lp == pytest.approx(float(expected[t]), abs=1e-5) for t, lp in choice.top)
+        assert choice.logprob == pytest.approx(float(expected[choice.token]), abs=1e-5) and choice.logprob < 0

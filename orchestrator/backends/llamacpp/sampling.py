@@ -162,6 +162,13 @@ def _top(values: np.ndarray, count: int) -> np.ndarray:
 def _greedy_choice(row: np.ndarray, token: int, request: EngineRequest) -> Choice:
     if not np.isfinite(row[token]):
         return Choice(token, error="no token is allowed at this position")
+    return _with_logprobs(row, token, request)
+
+
+def _with_logprobs(row: np.ndarray, token: int, request: EngineRequest) -> Choice:
+    """The choice, with its log probability and the `top_logprobs` most likely tokens where asked: under the
+    model's distribution for this row (after the request's logit bias, penalties and grammar), before
+    temperature, top-k, top-p and min-p, which shape the draw, not what the model thinks (as OpenAI reports)."""
     if not request.logprobs:
         return Choice(token)
     lse = _logsumexp(row)
@@ -214,7 +221,7 @@ def _wide_nucleus(probs: np.ndarray, top_p: float, below: float) -> tuple[np.nda
 
 
 def _sampled_choice(row: np.ndarray, sampler: SequenceSampler) -> Choice:
-    s, request = sampler.request.sampling, sampler.request
+    s = sampler.request.sampling
     if not np.isfinite(row.max()):
         return Choice(0, error="no token is allowed at this position")
     ids, probs = _kept(row / np.float32(s.temperature), s)
@@ -227,12 +234,4 @@ def _sampled_choice(row: np.ndarray, sampler: SequenceSampler) -> Choice:
     at = min(int(np.searchsorted(np.cumsum(probs), uniform, side="right")), probs.size - 1)
     while probs[at] == 0.0:  # never land on a token the filters removed (a zero-width step of the CDF)
         at -= 1
-    token = int(at if ids is None else ids[at])
-    if not request.logprobs:
-        return Choice(token)
-    logprob = float(np.log(probs[at]))
-    top = None
-    if request.top_logprobs:
-        best = _top(probs, request.top_logprobs)
-        top = [(int(b if ids is None else ids[b]), float(np.log(probs[b]))) for b in best if probs[b] > 0]
-    return Choice(token, logprob, top)
+    return _with_logprobs(row, int(at if ids is None else ids[at]), sampler.request)
