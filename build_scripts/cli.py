@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from build_scripts.catalog import RecipeError, find_recipe, load_catalog
-from build_scripts.plan import DEFAULT_EXAMPLES, BuildOptions, BuildSpec, Plan, resolve_spec
+from build_scripts.plan import Plan
 from build_scripts.preflight import PreflightError, preflight
 from build_scripts.sources import Checkpoint, hf_hub_cache, resolve_checkpoint
+from build_scripts.spec import DEFAULT_EXAMPLES, BuildOptions, BuildSpec, resolve_spec
 
 
 def _recipe_dirs(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Path, ...]:

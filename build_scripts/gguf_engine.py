@@ -19,8 +19,9 @@ from pathlib import Path
 
 from build_scripts.environment import Environment
 from build_scripts.manifest_facts import build_info, model_facts, tokenizer_facts
-from build_scripts.plan import BuildContext, BuildOptions, BuildSpec, Plan, Step, staging_paths
+from build_scripts.plan import BuildContext, Plan, Step, staging_paths
 from build_scripts.sources import Checkpoint
+from build_scripts.spec import BuildOptions, BuildSpec
 from orchestrator.engine.manifest import MANIFEST_FILE, EngineManifest, KvCacheFacts
 
 MODEL_FILE = "model.gguf"

@@ -14,8 +14,9 @@ from build_scripts.manifest_facts import (
     model_facts,
     tokenizer_facts,
 )
-from build_scripts.plan import BuildContext, BuildOptions, BuildSpec, Plan, Step, staging_paths
+from build_scripts.plan import BuildContext, Plan, Step, staging_paths
 from build_scripts.sources import Checkpoint
+from build_scripts.spec import BuildOptions, BuildSpec
 from orchestrator.engine.manifest import (
     MANIFEST_FILE,
     EngineManifest,

@@ -8,19 +8,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from build_scripts.plan import BuildContext, rebuild_command
+from build_scripts.plan import BuildContext
 from build_scripts.recipe import DTYPE_BYTES
+from build_scripts.sources import TOKENIZER_FILES
+from build_scripts.spec import rebuild_command
 from orchestrator.engine.manifest import BuildInfo, ModelFacts, TokenizerFacts
-
-# Everything the HTTP process (tokenizer, chat template) and the backends need to tokenise and stop.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "generation_config.json",
-    "tokenizer.model",
-)
 
 
 def copy_tokenizer(source: Path, target: Path) -> list[str]:

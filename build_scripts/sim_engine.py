@@ -12,9 +12,10 @@ import json
 
 from build_scripts.environment import Environment
 from build_scripts.manifest_facts import build_info, tokenizer_facts
-from build_scripts.plan import BuildContext, BuildOptions, BuildSpec, Plan, Step, staging_paths
+from build_scripts.plan import BuildContext, Plan, Step, staging_paths
 from build_scripts.sim_params import SimBuild, sim_build
-from build_scripts.sources import STAND_IN_NAME, Checkpoint
+from build_scripts.sources import STAND_IN_NAME, Checkpoint, is_stand_in
+from build_scripts.spec import BuildOptions, BuildSpec
 from build_scripts.trtllm_engine import copy_tokenizer_step
 from orchestrator.engine.manifest import (
     MANIFEST_FILE,
@@ -26,10 +27,6 @@ from orchestrator.engine.manifest import (
 )
 from orchestrator.sim.memory import kv_token_capacity
 from orchestrator.sim.spec import SIM_FILE
-
-
-def is_stand_in(checkpoint: Checkpoint) -> bool:
-    return checkpoint.path is None or checkpoint.path.suffix == ".gguf"
 
 
 def plan_sim(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment) -> Plan:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from build_scripts.catalog import RecipeError
-from build_scripts.plan import BuildOptions, BuildSpec
+from build_scripts.spec import BuildOptions, BuildSpec
 from orchestrator.engine.manifest import Limits
 from orchestrator.sim import memory
 from orchestrator.sim.gpus import DEFAULT_GPU, SimGpu, find_gpu

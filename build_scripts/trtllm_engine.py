@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 from build_scripts.manifest_facts import (
-    TOKENIZER_FILES,
     build_info,
     copy_tokenizer,
     kv_bytes_per_token,
@@ -17,6 +16,7 @@ from build_scripts.manifest_facts import (
     tokenizer_facts,
 )
 from build_scripts.plan import BuildContext, Step
+from build_scripts.sources import TOKENIZER_FILES
 from orchestrator.engine.manifest import (
     MANIFEST_FILE,
     EngineManifest,

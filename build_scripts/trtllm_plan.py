@@ -14,8 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from build_scripts.environment import Environment
-from build_scripts.plan import BuildOptions, BuildSpec, Plan, Step, staging_paths
+from build_scripts.plan import Plan, Step, staging_paths
 from build_scripts.sources import Checkpoint
+from build_scripts.spec import BuildOptions, BuildSpec
 from build_scripts.trtllm_engine import copy_tokenizer_step, write_manifest
 from build_scripts.trtllm_flags import BUILD_TOOL, CONVERT_TOOL, QUANTIZE_TOOL, flags
 from orchestrator.visible_gpus import Gpu

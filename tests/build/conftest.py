@@ -17,8 +17,8 @@ import pytest
 
 from build_scripts.catalog import load_catalog
 from build_scripts.environment import Environment
-from build_scripts.plan import BuildOptions, resolve_spec
 from build_scripts.sources import resolve_checkpoint
+from build_scripts.spec import BuildOptions, resolve_spec
 from orchestrator.visible_gpus import Gpu
 from tests.conftest import ROOT
 

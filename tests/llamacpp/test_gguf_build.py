@@ -15,11 +15,11 @@ from build_scripts.catalog import RecipeError, load_catalog
 from build_scripts.cli import build_command
 from build_scripts.environment import MISSING, Environment
 from build_scripts.gguf_engine import plan_gguf
-from build_scripts.plan import BuildOptions, resolve_spec
 from build_scripts.preflight import preflight
 from build_scripts.recipe import GgufType
 from build_scripts.requirements import GGUF_TYPE_BYTES
 from build_scripts.sources import resolve_checkpoint
+from build_scripts.spec import BuildOptions, resolve_spec
 from orchestrator.backends.llamacpp_api import FILE_TYPES
 from orchestrator.engine.manifest import load_manifest
 from tests.conftest import ROOT, build_engine
