@@ -24,9 +24,21 @@ from orchestrator.visible_gpus import Gpu
 CONTINUATION = " \\\n           "  # a long command in --dry-run output: one flag per line
 
 
-def staging_paths(output: Path, build_id: str) -> tuple[Path, Path]:
-    """The temporary engine folder and the scratch folder: hidden, beside the engine, on its filesystem."""
-    return output.parent / f".{output.name}.build-{build_id}", output.parent / f".{output.name}.scratch-{build_id}"
+@dataclass(frozen=True)
+class Folders:
+    """Where a build writes: the engine folder, the temporary folder renamed into it when complete, and a scratch
+    folder for intermediate files. The last two are hidden, beside the engine, on its filesystem."""
+
+    output: Path
+    staging: Path
+    scratch: Path
+
+
+def engine_folders(spec: BuildSpec, options: BuildOptions) -> Folders:
+    """Absolute paths (the tools run in the scratch folder); the build id keeps concurrent builds apart."""
+    output = options.engines_dir.absolute() / spec.name
+    build_id, beside = options.build_id, output.parent
+    return Folders(output, beside / f".{output.name}.build-{build_id}", beside / f".{output.name}.scratch-{build_id}")
 
 
 @dataclass(frozen=True)
@@ -129,3 +141,25 @@ class BuildContext:
     workdir: Path
     started_at: float
     facts: dict = field(default_factory=dict)  # steps hand measured facts to the manifest step
+
+
+def new_plan(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment, steps: tuple[Step, ...],
+             *, scratch: bool = False, inputs: dict | None = None) -> Plan:
+    """A plan of a planner's `steps`, with what every plan has: the folders engine_folders() names (the scratch
+    folder only where the steps use it), the GPU the engine is compiled on (the first visible one of the target
+    architecture: none for an engine that runs anywhere), and the inputs the fingerprint covers, which are the
+    recipe, the checkpoint's content, the tool versions and the target architecture, plus the planner's `inputs`."""
+    folders = engine_folders(spec, options)
+    return Plan(
+        spec=spec,
+        options=options,
+        checkpoint=checkpoint,
+        output=folders.output,
+        staging=folders.staging,
+        scratch=folders.scratch if scratch else None,
+        inputs={"recipe": spec.recipe.model_dump(mode="json"), "source": checkpoint.identity, "tools": env.tools,
+                "target_arch": spec.arch, **(inputs or {})},
+        gpu=next((gpu for gpu in env.gpus if gpu.arch == spec.arch), None),
+        steps=steps,
+        environment=env,
+    )

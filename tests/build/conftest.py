@@ -111,7 +111,7 @@ def hf_folder(tmp_path) -> Path:
 def make_plan(recipe, env: Environment, **options):
     """Plan a build of `recipe` on `env`; options are BuildOptions fields."""
     from build_scripts.hf_engine import plan_hf
-    from build_scripts.trtllm_plan import plan_trtllm
+    from build_scripts.trtllm_engine import plan_trtllm
 
     opts = BuildOptions(**options)
     spec = resolve_spec(recipe, opts)
