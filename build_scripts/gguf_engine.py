@@ -22,7 +22,7 @@ from build_scripts.manifest_facts import build_info, model_facts, write_manifest
 from build_scripts.plan import BuildContext, Plan, Step, engine_folders, new_plan
 from build_scripts.sources import Checkpoint
 from build_scripts.spec import BuildOptions, BuildSpec
-from orchestrator.engine.manifest import MANIFEST_FILE, ChatFormat, KvCacheFacts
+from orchestrator.engine.manifest import MANIFEST_FILE, KvCacheFacts
 
 MODEL_FILE = "model.gguf"
 CHECK_FILE = "llamacpp-check.json"
@@ -122,6 +122,5 @@ def write_gguf_manifest(ctx: BuildContext) -> None:
         weights_bytes=(folder / MODEL_FILE).stat().st_size,
         dtype="float16",  # llama.cpp computes and caches K and V in 16 bits; the weights keep the file's types
         quantization=facts["quantization"],
-        chat=ChatFormat(),  # the recipe's [chat] is not recorded for llama.cpp engines
         build=build_info(ctx).model_copy(update={"tools": tools}),
     )
