@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from build_scripts.plan import BuildOptions, resolve_spec
 from build_scripts.recipe import Recipe
 from build_scripts.requirements import REQUIRED_TRTLLM, TRTLLM_CONTAINER, arch_name, requirements
+from build_scripts.spec import BuildOptions, resolve_spec
 
 
 def _params(count: int) -> str:

@@ -16,9 +16,21 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from build_scripts.catalog import RecipeError, find_recipe, load_catalog
-from build_scripts.plan import DEFAULT_EXAMPLES, BuildOptions, BuildSpec, Plan, resolve_spec
+from build_scripts.catalog_view import render_catalog
+from build_scripts.environment import probe
+from build_scripts.gguf_engine import plan_gguf
+from build_scripts.hf_engine import plan_hf
+from build_scripts.plan import Plan
 from build_scripts.preflight import PreflightError, preflight
+from build_scripts.runner import INTERRUPTED, is_up_to_date, run_plan
+from build_scripts.sim_engine import plan_sim
+from build_scripts.sim_params import PARAMETERS_HELP
 from build_scripts.sources import Checkpoint, hf_hub_cache, resolve_checkpoint
+from build_scripts.spec import DEFAULT_EXAMPLES, BuildOptions, BuildSpec, resolve_spec
+from build_scripts.trtllm_engine import plan_trtllm
+from orchestrator.engine.gpus import DEFAULT_GPU, GPUS
+
+PLANNERS = {"hf": plan_hf, "llamacpp": plan_gguf, "sim": plan_sim, "trtllm": plan_trtllm}  # by the recipe's backend
 
 
 def _recipe_dirs(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Path, ...]:
@@ -54,9 +66,6 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
 
 
 def _sim_arguments(parser: argparse.ArgumentParser) -> None:
-    from build_scripts.sim_params import PARAMETERS_HELP
-    from orchestrator.engine.gpus import DEFAULT_GPU, GPUS
-
     group = parser.add_argument_group(
         "simulated engines (<model>-sim: no GPU, no checkpoint; see docs/simulation.md)"
     )
@@ -92,24 +101,9 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> BuildOptio
 
 
 def make_plan(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Mapping[str, str]) -> Plan:
-    from build_scripts.environment import probe
-
-    machine = probe(spec.recipe.target.backend, options.engines_dir, env.get("CUDA_VISIBLE_DEVICES"))
-    if spec.recipe.target.backend == "hf":
-        from build_scripts.hf_engine import plan_hf
-
-        return plan_hf(spec, options, checkpoint, machine)
-    if spec.recipe.target.backend == "sim":
-        from build_scripts.sim_engine import plan_sim
-
-        return plan_sim(spec, options, checkpoint, machine)
-    if spec.recipe.target.backend == "llamacpp":
-        from build_scripts.gguf_engine import plan_gguf
-
-        return plan_gguf(spec, options, checkpoint, machine)
-    from build_scripts.trtllm_plan import plan_trtllm
-
-    return plan_trtllm(spec, options, checkpoint, machine)
+    backend = spec.recipe.target.backend
+    machine = probe(backend, options.engines_dir, env.get("CUDA_VISIBLE_DEVICES"))
+    return PLANNERS[backend](spec, options, checkpoint, machine)
 
 
 @contextlib.contextmanager
@@ -117,7 +111,6 @@ def _terminate_as_interrupt():
     """SIGTERM cleans up like Ctrl-C: the temporary folders go, the engine folder stays as it was. Either signal
     is also remembered (runner.INTERRUPTED), so one that a library swallows while a step runs (a bare `except`
     in an import) still stops the build when that step returns."""
-    from build_scripts.runner import INTERRUPTED
 
     def interrupt(signum, frame):
         INTERRUPTED.set()
@@ -150,8 +143,6 @@ def build_command(argv: list[str], env: Mapping[str, str] | None = None) -> int:
         if args.dry_run:
             print(plan.render(problems))
             return 0
-        from build_scripts.runner import is_up_to_date
-
         if not args.force and is_up_to_date(plan):
             print(f"{plan.output} is up to date (fingerprint {plan.fingerprint[:19]}…); --force rebuilds it")
             return 0
@@ -164,8 +155,6 @@ def build_command(argv: list[str], env: Mapping[str, str] | None = None) -> int:
 
 
 def _run(plan: Plan) -> int:
-    from build_scripts.runner import run_plan
-
     try:
         with _terminate_as_interrupt():
             run_plan(plan)
@@ -188,7 +177,5 @@ def catalog_command(argv: list[str], env: Mapping[str, str] | None = None) -> in
     except RecipeError as exc:
         print(f"inferno models catalog: {exc}", file=sys.stderr)
         return 2
-    from build_scripts.catalog_view import render_catalog
-
     print(render_catalog(catalog))
     return 0

@@ -18,10 +18,11 @@ import sys
 from pathlib import Path
 
 from build_scripts.environment import Environment
-from build_scripts.manifest_facts import build_info, model_facts, tokenizer_facts
-from build_scripts.plan import BuildContext, BuildOptions, BuildSpec, Plan, Step, staging_paths
+from build_scripts.manifest_facts import build_info, model_facts, write_manifest
+from build_scripts.plan import BuildContext, Plan, Step, engine_folders, new_plan
 from build_scripts.sources import Checkpoint
-from orchestrator.engine.manifest import MANIFEST_FILE, EngineManifest, KvCacheFacts
+from build_scripts.spec import BuildOptions, BuildSpec
+from orchestrator.engine.manifest import MANIFEST_FILE, KvCacheFacts
 
 MODEL_FILE = "model.gguf"
 CHECK_FILE = "llamacpp-check.json"
@@ -29,24 +30,19 @@ LLAMA_CPP_COMMITS = {"0.3.36": "0c1e570"}  # llama-cpp-python release -> the lla
 
 
 def plan_gguf(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment) -> Plan:
-    recipe = spec.recipe
-    output = options.engines_dir.absolute() / spec.name
-    staging, scratch = staging_paths(output, options.build_id)
+    folders = engine_folders(spec, options)
     source = checkpoint.path or Path("<FILE.gguf>")
-    inputs = {"recipe": recipe.model_dump(mode="json"), "source": checkpoint.identity, "tools": env.tools,
-              "target_arch": "any"}
-    check = (sys.executable, "-m", "build_scripts.gguf_check", str(staging / MODEL_FILE),
-             str(staging / "tokenizer.json"), str(scratch / CHECK_FILE))
+    check = (sys.executable, "-m", "build_scripts.gguf_check", str(folders.staging / MODEL_FILE),
+             str(folders.staging / "tokenizer.json"), str(folders.scratch / CHECK_FILE))
     steps = (
-        _weights_step(source, staging / MODEL_FILE, recipe.target.gguf_type),
+        _weights_step(source, folders.staging / MODEL_FILE, spec.recipe.target.gguf_type),
         Step("tokenizer", "write tokenizer.json and the chat template from the GGUF file's vocabulary",
              action=write_tokenizer),
         Step("check", "load the file with llama.cpp and compare its tokenisation with tokenizer.json", argv=check,
              tool="gguf_check"),
-        Step("manifest", f"write {MANIFEST_FILE}", action=write_manifest),
+        Step("manifest", f"write {MANIFEST_FILE}", action=write_gguf_manifest),
     )
-    return Plan(spec=spec, options=options, checkpoint=checkpoint, output=output, staging=staging,
-                scratch=scratch, inputs=inputs, gpu=None, steps=steps, environment=env)
+    return new_plan(spec, options, checkpoint, env, steps, scratch=True)
 
 
 def _weights_step(source: Path, target: Path, gguf_type: str | None) -> Step:
@@ -107,31 +103,24 @@ def _end_tokens(folder: Path, eog_tokens: list[int]) -> None:
     path.write_text(json.dumps(generation, indent=2))
 
 
-def write_manifest(ctx: BuildContext) -> None:
+def write_gguf_manifest(ctx: BuildContext) -> None:
+    """The facts llama.cpp measured (gguf_check) go in: parameters, the file's quantisation, the KV cache's bytes per
+    token, the end-of-generation tokens and the llama.cpp build."""
     plan, folder = ctx.plan, ctx.workdir
-    recipe = plan.recipe
     facts = json.loads((plan.scratch / CHECK_FILE).read_text())
-    _end_tokens(folder, facts["eog_tokens"])
+    _end_tokens(folder, facts["eog_tokens"])  # before write_manifest reads the tokenizer's end tokens
     version = facts["llama_cpp_python"]
-    info = build_info(ctx)
-    tools = {**info.tools, "llama_cpp_python": version, "llama_cpp": LLAMA_CPP_COMMITS.get(version, "unknown")}
-    manifest = EngineManifest(
-        name=plan.name,
-        backend="llamacpp",
-        format="gguf",
-        model=model_facts(ctx, {"architectures": [recipe.architecture]}).model_copy(
-            update={"parameters": facts["n_params"]}),
-        dtype="float16",  # llama.cpp computes and caches K and V in 16 bits; the weights keep the file's types
-        quantization=facts["quantization"],
-        limits=recipe.limits,
-        tokenizer=tokenizer_facts(folder),
+    tools = {**plan.tools, "llama_cpp_python": version, "llama_cpp": LLAMA_CPP_COMMITS.get(version, "unknown")}
+    write_manifest(
+        ctx,
+        model=model_facts(plan, parameters=facts["n_params"]),
         kv_cache=KvCacheFacts(
             tokens_per_block=1,  # a llama.cpp KV cell holds one token
             bytes_per_token=facts["kv_bytes_per_token_f16"],
-            default_budget_bytes=recipe.kv_cache.default_budget_bytes,
+            default_budget_bytes=plan.recipe.kv_cache.default_budget_bytes,
         ),
         weights_bytes=(folder / MODEL_FILE).stat().st_size,
-        generation_defaults=recipe.generation_defaults,
-        build=info.model_copy(update={"tools": tools}),
+        dtype="float16",  # llama.cpp computes and caches K and V in 16 bits; the weights keep the file's types
+        quantization=facts["quantization"],
+        build=build_info(ctx).model_copy(update={"tools": tools}),
     )
-    (folder / MANIFEST_FILE).write_text(manifest.to_json())

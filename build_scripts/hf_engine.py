@@ -8,52 +8,29 @@ from pathlib import Path
 
 from build_scripts.environment import Environment
 from build_scripts.manifest_facts import (
-    build_info,
     copy_tokenizer,
     kv_bytes_per_token,
+    kv_cache_facts,
     model_facts,
-    tokenizer_facts,
+    write_manifest,
 )
-from build_scripts.plan import BuildContext, BuildOptions, BuildSpec, Plan, Step, staging_paths
+from build_scripts.plan import BuildContext, Plan, Step, new_plan
 from build_scripts.sources import Checkpoint
-from orchestrator.engine.manifest import (
-    MANIFEST_FILE,
-    EngineManifest,
-    KvCacheFacts,
-)
+from build_scripts.spec import BuildOptions, BuildSpec
+from orchestrator.engine.manifest import MANIFEST_FILE
 
 
 def plan_hf(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment) -> Plan:
-    recipe = spec.recipe
-    output = options.engines_dir.absolute() / spec.name
-    staging, _ = staging_paths(output, options.build_id)
     source = checkpoint.path or Path("<checkpoint>")
-    inputs = {
-        "recipe": recipe.model_dump(mode="json"),
-        "source": checkpoint.identity,
-        "tools": env.tools,
-        "target_arch": "any",
-    }
     is_gguf = source.suffix == ".gguf"
     convert = Step(
         "convert",
-        f"{'dequantise' if is_gguf else 'convert'} {source.name} to {recipe.target.dtype} safetensors "
+        f"{'dequantise' if is_gguf else 'convert'} {source.name} to {spec.recipe.target.dtype} safetensors "
         f"with its tokenizer, chat template and generation config",
         action=convert_gguf if is_gguf else convert_checkpoint,
     )
-    manifest = Step("manifest", f"write {MANIFEST_FILE}", action=write_manifest)
-    return Plan(
-        spec=spec,
-        options=options,
-        checkpoint=checkpoint,
-        output=output,
-        staging=staging,
-        scratch=None,
-        inputs=inputs,
-        gpu=None,
-        steps=(convert, manifest),
-        environment=env,
-    )
+    manifest = Step("manifest", f"write {MANIFEST_FILE}", action=write_hf_manifest)
+    return new_plan(spec, options, checkpoint, env, (convert, manifest))
 
 
 def _generation_config(ctx: BuildContext, eos_token_id, bos_token_id, pad_token_id):
@@ -108,26 +85,12 @@ def convert_checkpoint(ctx: BuildContext) -> None:
     _generation_config(ctx, eos, tokenizer.bos_token_id, pad).save_pretrained(out)
 
 
-def write_manifest(ctx: BuildContext) -> None:
+def write_hf_manifest(ctx: BuildContext) -> None:
     plan, folder = ctx.plan, ctx.workdir
-    recipe = plan.recipe
     config = json.loads((folder / "config.json").read_text())
-    manifest = EngineManifest(
-        name=plan.name,
-        backend="hf",
-        format="hf-safetensors",
-        model=model_facts(ctx, config),
-        dtype=recipe.target.dtype,
-        limits=recipe.limits,
-        tokenizer=tokenizer_facts(folder),
-        kv_cache=KvCacheFacts(
-            tokens_per_block=recipe.kv_cache.tokens_per_block,
-            bytes_per_token=kv_bytes_per_token(config, recipe.target.dtype),
-            default_budget_bytes=recipe.kv_cache.default_budget_bytes,
-        ),
+    write_manifest(
+        ctx,
+        model=model_facts(plan, config),
+        kv_cache=kv_cache_facts(plan, kv_bytes_per_token(config, plan.recipe.target.dtype)),
         weights_bytes=sum(p.stat().st_size for p in folder.glob("*.safetensors")),
-        generation_defaults=recipe.generation_defaults,
-        chat=recipe.chat,
-        build=build_info(ctx),
     )
-    (folder / MANIFEST_FILE).write_text(manifest.to_json())

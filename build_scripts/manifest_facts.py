@@ -1,4 +1,9 @@
-"""Facts every engine manifest records, read from the files a build produced (shared by hf and trtllm)."""
+"""The engine manifest every planner writes last, and the facts it records, read from the files a build produced.
+
+`write_manifest` fills in what every engine records alike (name, backend, format, dtype, quantisation, limits,
+parallelism, tokenizer, sampling defaults, chat format, build info); each backend passes what is its own: the
+model facts, the KV cache geometry, the weights' size and anything it records otherwise.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +13,23 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from build_scripts.plan import BuildContext, rebuild_command
+from build_scripts.plan import BuildContext, Plan, Step
 from build_scripts.recipe import DTYPE_BYTES
-from orchestrator.engine.manifest import BuildInfo, ModelFacts, TokenizerFacts
-
-# Everything the HTTP process (tokenizer, chat template) and the backends need to tokenise and stop.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "generation_config.json",
-    "tokenizer.model",
+from build_scripts.sources import TOKENIZER_FILES
+from build_scripts.spec import rebuild_command
+from orchestrator.engine.manifest import (
+    MANIFEST_FILE,
+    BuildInfo,
+    EngineManifest,
+    KvCacheFacts,
+    ModelFacts,
+    Parallelism,
+    TokenizerFacts,
 )
+
+
+class EngineOutputError(Exception):
+    """A step finished but the engine folder lacks what the plan asked of it."""
 
 
 def copy_tokenizer(source: Path, target: Path) -> list[str]:
@@ -31,6 +40,19 @@ def copy_tokenizer(source: Path, target: Path) -> list[str]:
             shutil.copyfile(source / name, target / name)
             copied.append(name)
     return copied
+
+
+def copy_tokenizer_step(source: Path) -> Step:
+    """The step that ships the checkpoint's tokenizer files with the engine (tokenizer.json at least)."""
+
+    def action(ctx: BuildContext) -> None:
+        copied = copy_tokenizer(ctx.plan.checkpoint.path, ctx.workdir)
+        if "tokenizer.json" not in copied:
+            raise EngineOutputError(f"{ctx.plan.checkpoint.path} has no tokenizer.json to ship with the engine")
+        print(f"copied {', '.join(copied)}")
+
+    names = ", ".join(name for name in TOKENIZER_FILES if name != "tokenizer.model")
+    return Step("tokenizer", f"copy {names} (those present) from {source}", action=action)
 
 
 def _read_json(path: Path) -> dict:
@@ -75,6 +97,18 @@ def kv_bytes_per_token(config: dict, dtype: str) -> int:
     return 2 * config["num_hidden_layers"] * kv_heads * head_dim * DTYPE_BYTES[dtype]
 
 
+def kv_cache_facts(plan: Plan, bytes_per_token: int, dtype: str | None = None) -> KvCacheFacts:
+    """The recipe's KV cache geometry, its default budget per GPU times the GPUs, and the bytes of one token as built
+    (`dtype`: where the cache is stored in another type than the model's)."""
+    kv_cache = plan.recipe.kv_cache
+    return KvCacheFacts(
+        tokens_per_block=kv_cache.tokens_per_block,
+        bytes_per_token=bytes_per_token,
+        default_budget_bytes=kv_cache.default_budget_bytes * plan.spec.world_size,
+        dtype=dtype,
+    )
+
+
 def build_info(ctx: BuildContext) -> BuildInfo:
     plan = ctx.plan
     gpu = plan.gpu
@@ -91,13 +125,38 @@ def build_info(ctx: BuildContext) -> BuildInfo:
     )
 
 
-def model_facts(ctx: BuildContext, hf_config: dict) -> ModelFacts:
-    """What the engine was built from: the recipe, the architecture the checkpoint declares, its path."""
-    plan = ctx.plan
+def model_facts(plan: Plan, hf_config: dict | None = None, *, source: str | None = None,
+                parameters: int | None = None) -> ModelFacts:
+    """What the engine was built from: the recipe, the architecture the checkpoint declares (else the recipe's), the
+    checkpoint's path and the recipe's parameter count, unless `source` or `parameters` say otherwise."""
     recipe = plan.recipe
     return ModelFacts(
         recipe=recipe.name,
-        architecture=(hf_config.get("architectures") or [recipe.architecture])[0],
-        source=str(plan.checkpoint.path),
-        parameters=recipe.parameters,
+        architecture=((hf_config or {}).get("architectures") or [recipe.architecture])[0],
+        source=str(plan.checkpoint.path) if source is None else source,
+        parameters=recipe.parameters if parameters is None else parameters,
     )
+
+
+def write_manifest(ctx: BuildContext, *, model: ModelFacts, kv_cache: KvCacheFacts, weights_bytes: int,
+                   **particular) -> None:
+    """Write engine.json into the engine folder: the fields every engine records, from the plan and the folder's
+    tokenizer files, with the backend's own facts; `particular` replaces or adds EngineManifest fields."""
+    plan, folder = ctx.plan, ctx.workdir
+    spec, recipe = plan.spec, plan.recipe
+    shared = {
+        "name": plan.name,
+        "backend": recipe.target.backend,
+        "format": recipe.target.engine_format,
+        "dtype": recipe.target.dtype,
+        "quantization": spec.quant,
+        "limits": recipe.limits,
+        "parallel": Parallelism(tp_size=spec.tp_size, pp_size=spec.pp_size),
+        "tokenizer": tokenizer_facts(folder),
+        "generation_defaults": recipe.generation_defaults,
+        "chat": recipe.chat,
+        "build": build_info(ctx),
+    }
+    manifest = EngineManifest(**{**shared, "model": model, "kv_cache": kv_cache, "weights_bytes": weights_bytes,
+                                 **particular})
+    (folder / MANIFEST_FILE).write_text(manifest.to_json())

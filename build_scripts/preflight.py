@@ -18,6 +18,7 @@ from build_scripts.requirements import (
     arch_name,
     requirements,
 )
+from build_scripts.sources import is_stand_in
 
 
 class PreflightError(Exception):
@@ -104,8 +105,6 @@ def _hf_problems(env: Environment) -> list[str]:
 
 
 def _sim_problems(plan: Plan, env: Environment) -> list[str]:
-    from build_scripts.sim_engine import is_stand_in
-
     missing = [name for name in ("transformers", "gguf") if env.tools.get(name, MISSING) == MISSING]
     if is_stand_in(plan.checkpoint) and missing:
         return [

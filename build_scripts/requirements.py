@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from build_scripts.plan import BuildSpec
+from build_scripts.spec import BuildSpec
 from orchestrator.engine import trtllm_release as release
 
 REQUIRED_TRTLLM = release.VERSION  # the version the planner's flags were checked against

@@ -11,31 +11,18 @@ from __future__ import annotations
 import json
 
 from build_scripts.environment import Environment
-from build_scripts.manifest_facts import build_info, tokenizer_facts
-from build_scripts.plan import BuildContext, BuildOptions, BuildSpec, Plan, Step, staging_paths
+from build_scripts.manifest_facts import copy_tokenizer_step, model_facts, write_manifest
+from build_scripts.plan import BuildContext, Plan, Step, new_plan
 from build_scripts.sim_params import SimBuild, sim_build
-from build_scripts.sources import STAND_IN_NAME, Checkpoint
-from build_scripts.trtllm_engine import copy_tokenizer_step
+from build_scripts.sources import STAND_IN_NAME, Checkpoint, is_stand_in
+from build_scripts.spec import BuildOptions, BuildSpec
 from orchestrator.backends.sim.memory import kv_token_capacity
 from orchestrator.backends.sim.spec import SIM_FILE
-from orchestrator.engine.manifest import (
-    MANIFEST_FILE,
-    EngineManifest,
-    KvCacheFacts,
-    ModelFacts,
-    Parallelism,
-    SimulationFacts,
-)
-
-
-def is_stand_in(checkpoint: Checkpoint) -> bool:
-    return checkpoint.path is None or checkpoint.path.suffix == ".gguf"
+from orchestrator.engine.manifest import MANIFEST_FILE, KvCacheFacts, Parallelism, SimulationFacts
 
 
 def plan_sim(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment) -> Plan:
     build = sim_build(spec, options)
-    output = options.engines_dir.absolute() / spec.name
-    staging, _ = staging_paths(output, options.build_id)
     if is_stand_in(checkpoint):
         tokenizer = Step(
             "tokenizer",
@@ -47,7 +34,6 @@ def plan_sim(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env
         tokenizer = copy_tokenizer_step(checkpoint.path)
     write = Step("engine", f"write {SIM_FILE} and {MANIFEST_FILE}: {describe(build)}", action=lambda ctx: write_engine(ctx, build))
     inputs = {
-        "recipe": spec.recipe.model_dump(mode="json"),
         "shape": spec.recipe.shape.model_dump(),
         "build": {
             "precision": build.precision,
@@ -56,22 +42,8 @@ def plan_sim(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env
             "speedup": build.speedup,
             "params": build.settings,
         },
-        "source": checkpoint.identity,
-        "tools": env.tools,
-        "target_arch": "any",
     }
-    return Plan(
-        spec=spec,
-        options=options,
-        checkpoint=checkpoint,
-        output=output,
-        staging=staging,
-        scratch=None,
-        inputs=inputs,
-        gpu=None,
-        steps=(tokenizer, write),
-        environment=env,
-    )
+    return new_plan(spec, options, checkpoint, env, (tokenizer, write), inputs=inputs)
 
 
 def describe(build: SimBuild) -> str:
@@ -117,36 +89,21 @@ def tokenizer_origin(checkpoint: Checkpoint) -> tuple[str, str]:
 
 
 def write_engine(ctx: BuildContext, build: SimBuild) -> None:
-    plan, folder = ctx.plan, ctx.workdir
-    spec, recipe = plan.spec, plan.recipe
+    plan, spec = ctx.plan, ctx.plan.spec
     tokenizer, tokenizer_source = tokenizer_origin(plan.checkpoint)
-    fp8 = build.precision == "fp8"
-    (folder / SIM_FILE).write_text(build.spec.to_json() + "\n")
-    manifest = EngineManifest(
-        name=plan.name,
-        backend="sim",
-        format="sim-config",
-        model=ModelFacts(
-            recipe=recipe.name,
-            architecture=recipe.architecture,
-            source=f"simulated; tokenizer: {tokenizer_source}",
-            parameters=recipe.parameters,
-        ),
-        dtype=recipe.target.dtype,
-        quantization=spec.quant,
-        limits=build.limits,
-        parallel=Parallelism(tp_size=spec.tp_size),
-        tokenizer=tokenizer_facts(folder),
+    (ctx.workdir / SIM_FILE).write_text(build.spec.to_json() + "\n")
+    write_manifest(
+        ctx,
+        model=model_facts(plan, source=f"simulated; tokenizer: {tokenizer_source}"),
         kv_cache=KvCacheFacts(
             tokens_per_block=build.tokens_per_block,
             bytes_per_token=build.kv_bytes_per_token,
             default_budget_bytes=build.default_budget_bytes,
-            dtype="fp8" if fp8 else None,
+            dtype="fp8" if build.precision == "fp8" else None,
         ),
         weights_bytes=build.weights_bytes,
-        generation_defaults=recipe.generation_defaults,
-        chat=recipe.chat,
-        build=build_info(ctx),
+        limits=build.limits,
+        parallel=Parallelism(tp_size=spec.tp_size),  # the simulator models tensor parallelism only
         simulation=SimulationFacts(
             gpu=build.gpu.name,
             gpu_count=spec.tp_size,
@@ -156,5 +113,4 @@ def write_engine(ctx: BuildContext, build: SimBuild) -> None:
             tokenizer_source=tokenizer_source,
         ),
     )
-    (folder / MANIFEST_FILE).write_text(manifest.to_json())
     print(f"{plan.name}: {describe(build)}")

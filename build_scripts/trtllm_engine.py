@@ -1,6 +1,13 @@
-"""The in-process steps of a TensorRT-LLM engine build: copy the tokenizer, write the manifest.
+"""Planning and building TensorRT-LLM 1.2 engines: convert (or quantise), trtllm-build, tokenizer, manifest.
 
-They run after trtllm-build has written config.json and rank*.engine into the staging folder.
+    1. convert_checkpoint.py (16-bit) or ModelOpt's quantize.py (FP8): Hugging Face checkpoint ->
+       TensorRT-LLM checkpoint, sharded for TP, into a scratch folder
+    2. trtllm-build: the engines (rank*.engine + config.json), into the staging folder
+    3. the tokenizer files, copied from the checkpoint
+    4. engine.json: the limits as trtllm-build recorded them, the world size checked against the plan's, the KV
+       cache in the quantisation's type where it has one
+
+Every flag comes from build_scripts/trtllm_flags.py. The plan is pure: it reads only its arguments.
 """
 
 from __future__ import annotations
@@ -8,37 +15,101 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from build_scripts.environment import Environment
 from build_scripts.manifest_facts import (
-    TOKENIZER_FILES,
-    build_info,
-    copy_tokenizer,
+    EngineOutputError,
+    copy_tokenizer_step,
     kv_bytes_per_token,
+    kv_cache_facts,
     model_facts,
-    tokenizer_facts,
+    write_manifest,
 )
-from build_scripts.plan import BuildContext, Step
-from orchestrator.engine.manifest import (
-    MANIFEST_FILE,
-    EngineManifest,
-    KvCacheFacts,
-    Limits,
-    Parallelism,
-)
+from build_scripts.plan import BuildContext, Plan, Step, engine_folders, new_plan
+from build_scripts.sources import Checkpoint
+from build_scripts.spec import BuildOptions, BuildSpec
+from build_scripts.trtllm_flags import BUILD_TOOL, CONVERT_TOOL, QUANTIZE_TOOL, flags
+from orchestrator.engine.manifest import Limits
+
+CHECKPOINT_PLACEHOLDER = Path("<checkpoint>")
 
 
-class EngineOutputError(Exception):
-    """trtllm-build finished but its output is not the engine the plan asked for."""
+def convert_step(spec: BuildSpec, options: BuildOptions, python: str, source: Path, out: Path) -> Step:
+    script = options.trtllm_examples / spec.recipe.convert.script
+    pairs = [
+        ("--model_dir", source),
+        ("--output_dir", out),
+        ("--dtype", spec.recipe.target.dtype),
+        ("--tp_size", spec.tp_size),
+        ("--pp_size", spec.pp_size),
+    ]
+    description = f"convert the checkpoint to a {spec.recipe.target.dtype} TensorRT-LLM checkpoint, {spec.world_size} rank(s)"
+    return Step("convert", description, argv=(python, str(script), *flags(CONVERT_TOOL, pairs)), tool=CONVERT_TOOL)
 
 
-def copy_tokenizer_step(source: Path) -> Step:
-    def action(ctx: BuildContext) -> None:
-        copied = copy_tokenizer(ctx.plan.checkpoint.path, ctx.workdir)
-        if "tokenizer.json" not in copied:
-            raise EngineOutputError(f"{ctx.plan.checkpoint.path} has no tokenizer.json to ship with the engine")
-        print(f"copied {', '.join(copied)}")
+def quantize_step(spec: BuildSpec, options: BuildOptions, python: str, source: Path, out: Path) -> Step:
+    quant = spec.quantization
+    dataset = options.calib_dataset or quant.calib_dataset
+    script = options.trtllm_examples / "quantization" / "quantize.py"
+    pairs = [
+        ("--model_dir", source),
+        ("--output_dir", out),
+        ("--dtype", spec.recipe.target.dtype),
+        ("--qformat", quant.qformat),
+        ("--calib_size", quant.calib_size),
+        ("--calib_dataset", dataset),
+        ("--tp_size", spec.tp_size),
+    ]
+    if quant.kv_cache_dtype:
+        pairs.insert(4, ("--kv_cache_dtype", quant.kv_cache_dtype))
+    where = "a local folder" if Path(dataset).is_absolute() else (
+        "from the Hugging Face hub or its datasets cache; air-gapped sites pass --calib-dataset DIR")
+    description = (f"quantise to {quant.qformat} with NVIDIA ModelOpt, calibrated on the GPU with "
+                   f"{quant.calib_size} samples of {dataset} ({where})")
+    return Step("quantize", description, argv=(python, str(script), *flags(QUANTIZE_TOOL, pairs)), tool=QUANTIZE_TOOL)
 
-    names = ", ".join(name for name in TOKENIZER_FILES if name != "tokenizer.model")
-    return Step("tokenizer", f"copy {names} (those present) from {source}", action=action)
+
+def build_step(spec: BuildSpec, trtllm_build: str, checkpoint_dir: Path, out: Path) -> Step:
+    recipe, limits, plugins = spec.recipe, spec.recipe.limits, spec.recipe.plugins
+    quant = spec.quantization
+    gemm = quant.gemm_plugin if quant and quant.gemm_plugin else plugins.gemm_plugin
+    pairs = [
+        ("--checkpoint_dir", checkpoint_dir),
+        ("--output_dir", out),
+        ("--max_batch_size", limits.max_batch_size),
+        ("--max_input_len", limits.max_input_len),
+        ("--max_seq_len", limits.max_seq_len),
+        ("--max_num_tokens", limits.max_num_tokens),
+        ("--max_beam_width", 1),
+        ("--kv_cache_type", "paged"),
+        ("--tokens_per_block", recipe.kv_cache.tokens_per_block),
+        ("--gpt_attention_plugin", plugins.gpt_attention_plugin),
+        ("--gemm_plugin", gemm),
+        ("--context_fmha", plugins.context_fmha),
+        ("--use_paged_context_fmha", plugins.use_paged_context_fmha),
+        ("--use_fp8_context_fmha", plugins.use_fp8_context_fmha and spec.quant == "fp8"),
+        ("--remove_input_padding", plugins.remove_input_padding),
+        ("--use_fused_mlp", plugins.use_fused_mlp),
+        ("--multiple_profiles", plugins.multiple_profiles),
+        ("--workers", spec.world_size),
+    ]
+    argv = (trtllm_build, *flags(BUILD_TOOL, pairs))
+    return Step("build", f"compile {spec.world_size} TensorRT engine(s) for {spec.arch}", argv=argv, tool=BUILD_TOOL)
+
+
+def plan_trtllm(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment) -> Plan:
+    folders = engine_folders(spec, options)
+    source = checkpoint.path or CHECKPOINT_PLACEHOLDER
+    converted = folders.scratch / "trtllm-checkpoint"
+    first = (quantize_step if spec.quant else convert_step)(spec, options, env.python, source, converted)
+    steps = (
+        first,
+        build_step(spec, env.trtllm_build or "trtllm-build", converted, folders.staging),
+        copy_tokenizer_step(source),
+        Step("manifest", "write engine.json (limits, versions, GPU, fingerprint)", action=write_trtllm_manifest),
+    )
+    calib_dataset = (options.calib_dataset or spec.quantization.calib_dataset) if spec.quant else None
+    build = {"quant": spec.quant, "tp": spec.tp_size, "pp": spec.pp_size, "calib_dataset": calib_dataset}
+    return new_plan(spec, options, checkpoint, env, steps, scratch=True, inputs={"build": build})
 
 
 def engine_limits(engine_config: dict, planned: Limits) -> Limits:
@@ -62,32 +133,18 @@ def check_build_output(folder: Path, world_size: int) -> dict:
     return config
 
 
-def write_manifest(ctx: BuildContext) -> None:
+def write_trtllm_manifest(ctx: BuildContext) -> None:
     plan, folder = ctx.plan, ctx.workdir
     spec, recipe = plan.spec, plan.recipe
     engine_config = check_build_output(folder, spec.world_size)
     hf_config = json.loads((plan.checkpoint.path / "config.json").read_text())
     quant = spec.quantization
     kv_dtype = quant.kv_cache_dtype if quant and quant.kv_cache_dtype else recipe.target.dtype
-    manifest = EngineManifest(
-        name=plan.name,
-        backend="trtllm",
-        format="trt-engine",
-        model=model_facts(ctx, hf_config),
-        dtype=recipe.target.dtype,
-        quantization=spec.quant,
-        limits=engine_limits(engine_config, recipe.limits),
-        parallel=Parallelism(tp_size=spec.tp_size, pp_size=spec.pp_size),
-        tokenizer=tokenizer_facts(folder),
-        kv_cache=KvCacheFacts(
-            tokens_per_block=recipe.kv_cache.tokens_per_block,
-            bytes_per_token=kv_bytes_per_token(hf_config, kv_dtype),
-            default_budget_bytes=recipe.kv_cache.default_budget_bytes * spec.world_size,
-            dtype=kv_dtype if kv_dtype != recipe.target.dtype else None,
-        ),
+    write_manifest(
+        ctx,
+        model=model_facts(plan, hf_config),
+        kv_cache=kv_cache_facts(plan, kv_bytes_per_token(hf_config, kv_dtype),
+                                dtype=kv_dtype if kv_dtype != recipe.target.dtype else None),
         weights_bytes=sum(path.stat().st_size for path in folder.glob("rank*.engine")),
-        generation_defaults=recipe.generation_defaults,
-        chat=recipe.chat,
-        build=build_info(ctx),
+        limits=engine_limits(engine_config, recipe.limits),
     )
-    (folder / MANIFEST_FILE).write_text(manifest.to_json())

@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 from orchestrator.engine.request import EngineRequest
 from orchestrator.structured.reasoning import ReasoningSplitter
 from orchestrator.structured.tool_formats import ToolFormat
-from orchestrator.structured.tool_parsers import ContentDelta, ToolCallArguments, ToolCallParser, ToolEvent, delta_of
+from orchestrator.structured.tool_parsers import (
+    ContentDelta,
+    ToolCallArguments,
+    ToolCallParser,
+    ToolEvent,
+    delta_of,
+)
 
 
 @dataclass

@@ -17,8 +17,8 @@ import pytest
 
 from build_scripts.catalog import load_catalog
 from build_scripts.environment import Environment
-from build_scripts.plan import BuildOptions, resolve_spec
 from build_scripts.sources import resolve_checkpoint
+from build_scripts.spec import BuildOptions, resolve_spec
 from orchestrator.visible_gpus import Gpu
 from tests.conftest import ROOT
 
@@ -111,7 +111,7 @@ def hf_folder(tmp_path) -> Path:
 def make_plan(recipe, env: Environment, **options):
     """Plan a build of `recipe` on `env`; options are BuildOptions fields."""
     from build_scripts.hf_engine import plan_hf
-    from build_scripts.trtllm_plan import plan_trtllm
+    from build_scripts.trtllm_engine import plan_trtllm
 
     opts = BuildOptions(**options)
     spec = resolve_spec(recipe, opts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from typing import get_args
 
 import pytest
@@ -14,14 +15,15 @@ from tokenizers import Tokenizer
 from build_scripts.catalog import RecipeError, load_catalog
 from build_scripts.cli import build_command
 from build_scripts.environment import MISSING, Environment
-from build_scripts.gguf_engine import plan_gguf
-from build_scripts.plan import BuildOptions, resolve_spec
+from build_scripts.gguf_engine import CHECK_FILE, MODEL_FILE, plan_gguf, write_gguf_manifest
+from build_scripts.plan import BuildContext
 from build_scripts.preflight import preflight
 from build_scripts.recipe import GgufType
 from build_scripts.requirements import GGUF_TYPE_BYTES
 from build_scripts.sources import resolve_checkpoint
+from build_scripts.spec import BuildOptions, resolve_spec
 from orchestrator.backends.llamacpp.api import FILE_TYPES
-from orchestrator.engine.manifest import load_manifest
+from orchestrator.engine.manifest import MANIFEST_FILE, EngineManifest, load_manifest
 from tests.conftest import ROOT, build_engine
 
 GGUF_RECIPES = ("smollm2-135m", "smollm2-135m-q4", "llama3.1-8b-instruct-gguf", "qwen2.5-7b-instruct-gguf",
@@ -114,6 +116,27 @@ def test_a_gguf_recipe_refuses_gpu_options():
         resolve_spec(recipe, BuildOptions(arch="sm90"))
     with pytest.raises(RecipeError, match="--quant"):
         resolve_spec(recipe, BuildOptions(quant="fp8"))
+
+
+def test_the_manifest_records_the_recipes_chat_format_as_on_the_other_backends(tmp_path):
+    """The manifest step alone, on the facts the check step would hand it (no llama.cpp needed)."""
+    catalog = load_catalog()
+    chat = catalog["llama3.1-8b-instruct"].chat
+    recipe = catalog["llama3.1-8b-instruct-gguf"].model_copy(update={"chat": chat})
+    gguf = tmp_path / "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
+    gguf.write_bytes(b"GGUF")
+    made = plan("", recipe=recipe, checkpoint=gguf, engines_dir=tmp_path / "engines")
+    made.staging.mkdir(parents=True)
+    made.scratch.mkdir(parents=True)
+    (made.staging / MODEL_FILE).write_bytes(b"GGUF")
+    (made.staging / "generation_config.json").write_text(json.dumps({"eos_token_id": 128001}))
+    facts = {"eog_tokens": [128001, 128009], "llama_cpp_python": "0.3.36", "n_params": 8_030_261_248,
+             "quantization": "Q4_K_M", "kv_bytes_per_token_f16": 131_072}
+    (made.scratch / CHECK_FILE).write_text(json.dumps(facts))
+    write_gguf_manifest(BuildContext(made, made.staging, time.monotonic()))
+    manifest = EngineManifest.model_validate_json((made.staging / MANIFEST_FILE).read_text())
+    assert chat.tool_call_format == "llama3_json" and manifest.chat == chat
+    assert (manifest.quantization, manifest.tokenizer.eos_token_ids) == ("Q4_K_M", (128001, 128009))
 
 
 def test_the_built_engine_folder(gguf_engine):
