@@ -170,6 +170,21 @@ def test_top_logprobs_list_distinct_tokens_best_first_starting_with_the_greedy_c
         assert alternatives[0].token == position.token and alternatives[0].logprob == pytest.approx(position.logprob)
 
 
+def test_top_logprobs_at_the_default_sampling_are_the_models_distribution(client, features):
+    """Sampled at the model's default temperature and top_p, the alternatives are still the model's: exactly
+    top_logprobs of them, the least likely below 0 (truncated sampling gave one alternative at log probability 0)."""
+    reply = refused_unless_honoured(features.top_logprobs, "top_logprobs", lambda: client.chat.completions.create(
+        model=DEFAULT_MODEL, messages=HI, max_tokens=6, logprobs=True, top_logprobs=3, seed=3))
+    if reply is None:
+        return
+    for position in reply.choices[0].logprobs.content:
+        alternatives = position.top_logprobs
+        assert len(alternatives) == 3 and len({a.token for a in alternatives}) == 3
+        assert alternatives[-1].logprob < 0 and position.logprob <= 0
+        same = [a.logprob for a in alternatives if a.token == position.token]
+        assert not same or same[0] == pytest.approx(position.logprob)
+
+
 def test_completions_logprobs_give_alternatives_by_text(client, features):
     reply = refused_unless_honoured(features.top_logprobs, "logprobs", lambda: client.completions.create(
         model=DEFAULT_MODEL, prompt="The capital of France is", temperature=0, max_tokens=3, logprobs=2))
