@@ -97,12 +97,15 @@ def _calls_by_id(messages: list[dict[str, Any]]) -> dict[str, str]:
     }
 
 
-def _arguments(call: dict[str, Any], where: str) -> dict[str, Any]:
+def _arguments(call: dict[str, Any], where: str) -> dict[str, Any] | str:
+    """A past call's arguments: the object, or, when they are not JSON at all, the text as it stands. A call cut
+    short by max_tokens (finish_reason "length") comes back from clients that way: the server never refuses its
+    own output; the model sees what it wrote. JSON that is not an object is no call's arguments: refused."""
     text = call.get("function", {}).get("arguments", "")
     try:
         value = json.loads(text) if isinstance(text, str) else text
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest(f"{where} is not valid JSON: {exc}", param=where) from exc
+    except json.JSONDecodeError:
+        return text
     if not isinstance(value, dict):
         raise InvalidRequest(f"{where} must be a JSON object", param=where)
     return value

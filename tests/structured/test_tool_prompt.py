@@ -141,7 +141,7 @@ def test_history_errors_name_the_message(reads):
     broken = [dict(m) for m in CONVERSATION]
     broken[2] = {
         **broken[2],
-        "tool_calls": [{"id": "call_1", "function": {"name": "get_weather", "arguments": "{oops"}}],
+        "tool_calls": [{"id": "call_1", "function": {"name": "get_weather", "arguments": "[1, 2]"}}],
     }
     with pytest.raises(InvalidRequest) as refused:
         prompt_messages(broken[:3], None, fmt, template_reads_tools=reads)
@@ -150,3 +150,20 @@ def test_history_errors_name_the_message(reads):
     with pytest.raises(InvalidRequest) as refused:
         prompt_messages(orphan, None, fmt, template_reads_tools=reads)
     assert refused.value.param == "messages[1].tool_call_id"
+
+
+@pytest.mark.parametrize("reads", [False, True])
+def test_a_call_cut_short_comes_back_as_the_model_wrote_it(reads):
+    """A forced call cut by max_tokens (finish_reason length) has arguments that are not JSON; a client sends the
+    turn back as it got it. The server never refuses its own output: the model sees the text it wrote."""
+    fmt = TOOL_FORMATS["hermes"]
+    cut = [dict(m) for m in CONVERSATION[:2]] + [{
+        "role": "assistant", "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Par'}}],
+    }]
+    shaped = prompt_messages(cut, None, fmt, template_reads_tools=reads).messages
+    last = shaped[-1]
+    if reads:
+        assert last["tool_calls"][0]["function"]["arguments"] == '{"city": "Par'
+    else:
+        assert '{"name": "get_weather", "arguments": {"city": "Par}' in last["content"]
