@@ -114,7 +114,8 @@ def test_no_generated_body_breaks_the_server_or_the_engine(server):
              if (problem := problems_with(*result))]
     assert not found, f"{len(found)} of {len(bodies)} bodies were mishandled, first ones:\n" + "\n".join(found[:10])
     after = admin_models(server.base_url)[DEFAULT_MODEL]
-    assert (after["pid"], after["crashes"], after["loads"]) == (before["pid"], 0, before["loads"])
+    # the same worker, never restarted (the server is the session's: earlier suites may have crashed it on purpose)
+    assert (after["pid"], after["crashes"], after["loads"]) == (before["pid"], before["crashes"], before["loads"])
     statuses = sorted({status for status, _, _ in results})
     served = sum(1 for status, _, _ in results if status == 200)
     # Both kinds were exercised: bodies served (about one in ten follows the schema all the way to the engine) and
