@@ -168,12 +168,11 @@ def _real_engine() -> Path:
                 "(or name it with INFERNO_TEST_TRTLLM_MODEL)")
 
 
-@pytest.fixture(scope="module", params=["double", pytest.param("real", marks=pytest.mark.trtllm)])
-def trt_server(request, tmp_path_factory) -> Iterator[TrtServer]:
-    """One server per test module and mode: on the test double with a generated engine folder, or on the
-    real TensorRT-LLM (skipped unless it is importable) with an engine built by `make build-engine`."""
+def serve_trtllm(mode: str, request, tmp_path_factory) -> Iterator[TrtServer]:
+    """A server of a trtllm engine: on the test double with a generated engine folder, or on the real
+    TensorRT-LLM (skipped unless it is importable) with an engine built by `make build-engine`."""
     logs = tmp_path_factory.mktemp("trtllm-server")
-    if request.param == "double":
+    if mode == "double":
         engines = logs / "engines"
         folder = make_trtllm_engine(request.getfixturevalue("default_engine"), engines)
         process = start_server(engines, logs / "server.log", "--models", folder.name, env=double_env())
@@ -183,5 +182,11 @@ def trt_server(request, tmp_path_factory) -> Iterator[TrtServer]:
                         "the same suite runs on the test double")
         folder = _real_engine()
         process = start_server(folder.parent, logs / "server.log", "--models", folder.name)
-    yield TrtServer(process, folder.name, folder, request.param == "double")
+    yield TrtServer(process, folder.name, folder, mode == "double")
     process.stop()
+
+
+@pytest.fixture(scope="module", params=["double", pytest.param("real", marks=pytest.mark.trtllm)])
+def trt_server(request, tmp_path_factory) -> Iterator[TrtServer]:
+    """One server per test module and mode: the test double, and the real TensorRT-LLM where it is installed."""
+    yield from serve_trtllm(request.param, request, tmp_path_factory)

@@ -171,9 +171,18 @@ class LogitAdjustments(_PerRequestRows):
 
 
 class TemperatureScaling(_PerRequestValue):
+    """The first processor that shapes the draw rather than the model's distribution: `before`, when given, sees
+    the scores as they are here (after the grammar, bias and penalties), for log probabilities."""
+
     kwarg, kind, neutral = "temperature", float, 1.0
 
+    def __init__(self, before=None) -> None:
+        super().__init__()
+        self.before = before
+
     def __call__(self, scores: torch.Tensor, tensor_arg: torch.Tensor) -> torch.Tensor:
+        if self.before is not None:
+            self.before(scores)
         if not self.active:
             return scores
         temperature = self._unpack(tensor_arg, scores.size(0))
@@ -243,7 +252,8 @@ class MinPFilter(_PerRequestValue):
 class SeededDraw(_PerRequestValue):
     """Last in line: draws each sampled request's token and leaves only it for the manager's argmax; and, for
     requests that asked, records the chosen token's log probability and the most likely alternatives under the
-    distribution it was drawn from (after every processor before this one)."""
+    model's distribution: the scores `snapshot` saw (TemperatureScaling calls it), after the grammar, bias and
+    penalties, before temperature, top-k, top-p and min-p, which shape the draw, not what the model thinks."""
 
     kwarg, kind, neutral = "sample_seed", int, GREEDY
 
@@ -252,6 +262,10 @@ class SeededDraw(_PerRequestValue):
         self.supported_kwargs["top_logprobs"] = int
         self.logprobs = LogprobRecords()
         self._wanted: list[tuple[int, str, int]] = []  # (row, request id, alternatives) of rows that asked
+        self._model_logprobs: torch.Tensor | None = None  # the wanted rows' log-softmax, from `snapshot`
+
+    def snapshot(self, scores: torch.Tensor) -> None:
+        self._model_logprobs = scores[[row for row, _, _ in self._wanted]].log_softmax(dim=-1) if self._wanted else None
 
     def value_for(self, request) -> int:
         seed = request.state.logit_processor_kwargs.get(self.kwarg)
@@ -287,8 +301,10 @@ class SeededDraw(_PerRequestValue):
         return out
 
     def _record(self, scores: torch.Tensor, chosen: torch.Tensor) -> None:
-        rows = [row for row, _, _ in self._wanted]
-        logprobs = scores[rows].log_softmax(dim=-1)
+        logprobs = self._model_logprobs
+        if logprobs is None:  # no TemperatureScaling before this one: the scores it was given
+            logprobs = scores[[row for row, _, _ in self._wanted]].log_softmax(dim=-1)
+        self._model_logprobs = None
         most = max(alternatives for _, _, alternatives in self._wanted)
         top = torch.topk(logprobs, most, dim=-1) if most else None
         for i, (row, request_id, alternatives) in enumerate(self._wanted):
@@ -325,8 +341,9 @@ class LogprobRecords:
 
 def sampling_processors() -> ContinuousBatchingLogitsProcessorList:
     """The processor list the backend installs in its manager, in the order sampling needs."""
-    processors = [GuidedMask(), LogitAdjustments(), TemperatureScaling(), TopKFilter(), TopPFilter(), MinPFilter(),
-                  SeededDraw()]
+    draw = SeededDraw()
+    processors = [GuidedMask(), LogitAdjustments(), TemperatureScaling(before=draw.snapshot), TopKFilter(),
+                  TopPFilter(), MinPFilter(), draw]
     chain = ContinuousBatchingLogitsProcessorList(LogitsProcessorList(processors))
     # The list counts argument rows only for processors it converted itself; these are already per-request.
     chain.tensors_required = len(processors)

@@ -57,13 +57,8 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.api, api_key="unused", max_retries=0, timeout=300)
-
-
-@pytest.fixture(scope="module")
 def model() -> str:
-    """The model the suite runs on (tests/trtllm/test_structured.py runs it on a TensorRT-LLM engine)."""
+    """The model the suite runs on (tests/trtllm/test_structured.py runs it on a real TensorRT-LLM engine)."""
     return DEFAULT_MODEL
 
 
