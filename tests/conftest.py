@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import subprocess
 import sys
@@ -27,6 +28,34 @@ GGUF_RECIPE = DEFAULT_MODEL  # the embedded default is the GGUF engine
 
 
 _STARTED: list[ServerProcess] = []
+DOUBLES = ROOT / "tests" / "doubles"
+TRTLLM_ABSENT = ("TensorRT-LLM 1.2.1 is not installed here (it needs NVIDIA GPUs and NVIDIA's package index); "
+                 "the same suites run on its test double")
+
+
+def real_tensorrt_llm() -> bool:
+    """Whether the real package is importable, whatever the in-process tests put on sys.path or imported."""
+    paths = [p for p in sys.path if Path(p or ".").resolve() != DOUBLES]
+    return importlib.machinery.PathFinder.find_spec("tensorrt_llm", paths) is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests on the real TensorRT-LLM (marker `trtllm`) are deselected where it is not installed, and the run's
+    summary says why in one line, instead of a skip per test."""
+    real = [item for item in items if item.get_closest_marker("trtllm")]
+    if real and not real_tensorrt_llm():
+        items[:] = [item for item in items if not item.get_closest_marker("trtllm")]
+        config.hook.pytest_deselected(items=real)
+        config.stash[_TRTLLM_DESELECTED] = len(real)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = config.stash.get(_TRTLLM_DESELECTED, 0)
+    if count:
+        terminalreporter.write_line(f"{count} tests on the real TensorRT-LLM deselected: {TRTLLM_ABSENT}")
+
+
+_TRTLLM_DESELECTED = pytest.StashKey[int]()
 
 
 def start_server(*args, **kwargs) -> ServerProcess:

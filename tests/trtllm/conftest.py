@@ -4,7 +4,6 @@ the `tensorrt_llm` package is importable, on the real thing with an engine built
 
 from __future__ import annotations
 
-import importlib.machinery
 import json
 import os
 import shutil
@@ -15,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ENGINES, ROOT, ServerProcess, start_server
+from tests.conftest import DOUBLES, ENGINES, TRTLLM_ABSENT, ServerProcess, real_tensorrt_llm, start_server
 
-DOUBLES = ROOT / "tests" / "doubles"
 TEST_MODEL = "tiny-trt"
 DOUBLE_VERSION = "1.2.1"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
@@ -30,12 +28,6 @@ def double_env() -> dict[str, str]:
     """Environment for a server (and its workers) that imports the test double as `tensorrt_llm`."""
     path = os.pathsep.join(p for p in (str(DOUBLES), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path}
-
-
-def real_tensorrt_llm() -> bool:
-    """Whether the real package is importable, whatever the in-process tests put on sys.path or imported."""
-    paths = [p for p in sys.path if Path(p or ".").resolve() != DOUBLES]
-    return importlib.machinery.PathFinder.find_spec("tensorrt_llm", paths) is not None
 
 
 # -- engine folders ---------------------------------------------------------------------------------------------
@@ -178,8 +170,7 @@ def serve_trtllm(mode: str, request, tmp_path_factory) -> Iterator[TrtServer]:
         process = start_server(engines, logs / "server.log", "--models", folder.name, env=double_env())
     else:
         if not real_tensorrt_llm():
-            pytest.skip(f"TensorRT-LLM {DOUBLE_VERSION} is not installed here (it needs NVIDIA GPUs); "
-                        "the same suite runs on the test double")
+            pytest.skip(TRTLLM_ABSENT)
         folder = _real_engine()
         process = start_server(folder.parent, logs / "server.log", "--models", folder.name)
     yield TrtServer(process, folder.name, folder, mode == "double")
