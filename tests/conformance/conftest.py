@@ -15,10 +15,32 @@ import pytest
 from orchestrator.backends import Features, features_of
 from orchestrator.engine.manifest import Limits, load_manifest
 from tests.conftest import DEFAULT_MODEL, ServerProcess, start_server
+from tests.sim.conftest import SIM_MODEL
+from tests.sim.conftest import build as sim_build
 from tests.trtllm.conftest import double_env, make_trtllm_engine
 
-BACKENDS = ("hf", "llamacpp", "trtllm")
-ENGINE_FIXTURES = {"hf": "default_engine", "llamacpp": "gguf_engine", "trtllm": "trtllm_double_engine"}
+BACKENDS = ("hf", "llamacpp", "trtllm", "sim")
+ENGINE_FIXTURES = {"hf": "default_engine", "llamacpp": "gguf_engine", "trtllm": "trtllm_double_engine",
+                   "sim": "sim_conformance_engine"}
+
+
+@pytest.fixture(scope="session")
+def sim_conformance_engine(tmp_path_factory) -> Path:
+    """A simulated Llama 3.1 8B H100 engine, 50 times faster than the GPU, with SmolLM2's tokenizer as its
+    stand-in, built as `make build-engine MODEL=llama3.1-8b-sim` builds it."""
+    engines = tmp_path_factory.mktemp("sim-engines")
+    code, output = sim_build(SIM_MODEL, "--engines-dir", str(engines), "--name", DEFAULT_MODEL, "--sim-speedup", "50",
+                             "--sim-param", "load_s=0.05")
+    assert code == 0, output
+    return engines / DEFAULT_MODEL
+
+
+@pytest.fixture(scope="session")
+def sim_server(sim_conformance_engine: Path, tmp_path_factory):
+    proc = start_server(sim_conformance_engine.parent, tmp_path_factory.mktemp("sim-server") / "server.log",
+                        "--models", DEFAULT_MODEL)
+    yield proc
+    proc.stop()
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +94,9 @@ def features(served_engine: Path) -> Features:
 @pytest.fixture
 def a_real_model(backend: str) -> None:
     """For tests of what a field does to a model's distribution: the TensorRT-LLM double has none (it repeats the
-    prompt), so those run on the real models; tests/trtllm checks that the fields reach TensorRT-LLM as its API
-    spells them."""
-    if backend == "trtllm":
-        pytest.skip("the TensorRT-LLM double repeats the prompt: it has no distribution for this field to change")
+    prompt), nor has the simulator (its text is synthetic), so those run on the real models; tests/trtllm checks
+    that the fields reach TensorRT-LLM as its API spells them, and the sim backend refuses the ones it cannot
+    honour (test_client_fields.py, through the feature table)."""
+    if backend in ("trtllm", "sim"):
+        pytest.skip(f"the {backend} backend's text has no distribution for this field to change (a test double, a "
+                    "simulator)")

@@ -101,6 +101,17 @@ def test_include_stop_str_in_output_keeps_the_stop_string(client):
     assert kept.text == plain.text + stop
 
 
+def test_output_constraints_are_honoured_or_refused_by_name(client, features):
+    """Backends without guided decoding (the simulator) refuse a constraint with a 400 naming it; the others follow
+    it (test_structured_outputs.py)."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    reply = refused_unless_honoured(features.guided, "response_format.json_schema.schema",
+                                    lambda: client.chat.completions.create(
+        model=DEFAULT_MODEL, messages=HI, max_tokens=60, response_format={
+            "type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}))
+    assert reply is None or json.loads(reply.choices[0].message.content)["ok"] in (True, False)
+
+
 def test_completions_default_to_16_tokens_as_openai_does(client):
     reply = client.completions.create(model=DEFAULT_MODEL, prompt="Once upon a time", temperature=0,
                                       extra_body={"ignore_eos": True})
@@ -108,16 +119,19 @@ def test_completions_default_to_16_tokens_as_openai_does(client):
 
 
 # -- how tokens are chosen ------------------------------------------------------------------------------------------
-def test_logit_bias_of_100_forces_a_token(server, client):
+def test_logit_bias_of_100_forces_a_token(server, client, features):
     banana = json.loads(post(server, "/tokenize", {"model": DEFAULT_MODEL, "prompt": " banana",
                                                    "add_special_tokens": False})[1])["tokens"]
     assert len(banana) == 1
-    reply = client.completions.create(model=DEFAULT_MODEL, prompt="The capital of France is", temperature=0,
-                                      max_tokens=4, logit_bias={str(banana[0]): 100})
-    assert reply.choices[0].text == " banana" * 4
+    reply = refused_unless_honoured(features.logit_bias, "logit_bias", lambda: client.completions.create(
+        model=DEFAULT_MODEL, prompt="The capital of France is", temperature=0, max_tokens=4,
+        logit_bias={str(banana[0]): 100}))
+    assert reply is None or reply.choices[0].text == " banana" * 4
 
 
-def test_a_logit_bias_of_minus_100_bans_the_greedy_choice(server, client):
+def test_a_logit_bias_of_minus_100_bans_the_greedy_choice(server, client, features):
+    if not features.logit_bias:
+        pytest.skip("this backend refuses logit_bias (test_logit_bias_of_100_forces_a_token checks the 400)")
     def first(**bias) -> str:
         return client.completions.create(model=DEFAULT_MODEL, prompt="The capital of France is", temperature=0,
                                           max_tokens=1, **bias).choices[0].text
@@ -126,6 +140,13 @@ def test_a_logit_bias_of_minus_100_bans_the_greedy_choice(server, client):
     [token] = json.loads(post(server, "/tokenize", {"model": DEFAULT_MODEL, "prompt": chosen,
                                                     "add_special_tokens": False})[1])["tokens"]
     assert first(logit_bias={str(token): -100}) != chosen
+
+
+def test_penalties_are_honoured_or_refused_by_name(client, features):
+    for field, value in (("repetition_penalty", 2.0), ("presence_penalty", 0.5), ("frequency_penalty", 0.5)):
+        reply = refused_unless_honoured(features.penalties, field, lambda f=field, v=value: client.completions.create(
+            model=DEFAULT_MODEL, prompt="one two one two", temperature=0, max_tokens=4, extra_body={f: v}))
+        assert reply is None or reply.usage.completion_tokens == 4
 
 
 def test_repetition_penalty_changes_the_greedy_answer_and_one_changes_nothing(client, a_real_model):
@@ -155,7 +176,7 @@ def refused_unless_honoured(honoured: bool, param: str, call):
     return None
 
 
-def test_top_logprobs_list_distinct_tokens_best_first_starting_with_the_greedy_choice(client, features):
+def test_top_logprobs_list_distinct_tokens_best_first_starting_with_the_greedy_choice(client, features, a_real_model):
     reply = refused_unless_honoured(features.top_logprobs, "top_logprobs", lambda: client.chat.completions.create(
         model=DEFAULT_MODEL, messages=HI, temperature=0, max_tokens=6, logprobs=True, top_logprobs=5))
     if reply is None:
