@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 
 import aiohttp
 import pytest
@@ -105,8 +106,13 @@ async def send_all(base_url: str, bodies: list[tuple[str, bytes]]) -> list[tuple
 
 
 def test_no_generated_body_breaks_the_server_or_the_engine(server):
+    # the model loaded first (the session's server may have unloaded it: a crash test before this one)
+    warm = json.dumps({"model": DEFAULT_MODEL, "prompt": "Hi", "max_tokens": 1}).encode()
+    request = urllib.request.Request(f"{server.api}/completions", data=warm, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        assert answer.status == 200
     before = admin_models(server.base_url)[DEFAULT_MODEL]
-    with __import__("urllib.request").request.urlopen(f"{server.base_url}/openapi.json", timeout=30) as answer:
+    with urllib.request.urlopen(f"{server.base_url}/openapi.json", timeout=30) as answer:
         document = json.loads(answer.read())
     bodies = generate(document)
     results = asyncio.run(send_all(server.base_url, bodies))
