@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import DEFAULT_MODEL
+from tests.conftest import DEFAULT_MODEL, ROOT
 
 pytestmark = pytest.mark.e2e
 
-README_QUESTION = [{"role": "user", "content": "Which city is the capital of France?"}]
+QUESTION = "Name the capital of France."
+README_QUESTION = [{"role": "user", "content": QUESTION}]
 TRIES, AT_LEAST = 8, 6
 
 
@@ -19,6 +20,10 @@ TRIES, AT_LEAST = 8, 6
 def embedded_default(backend: str) -> None:
     if backend != "llamacpp":
         pytest.skip("the README's answer is the embedded default's, a llamacpp engine")
+
+
+def test_the_question_is_the_readmes():
+    assert QUESTION in (ROOT / "README.md").read_text()
 
 
 def test_the_readme_question_is_answered_greedy(client, embedded_default):
