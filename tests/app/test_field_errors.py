@@ -1,11 +1,13 @@
 """A request the server cannot take as given is a 400 whose `param` names the field, on every endpoint that
 reads the field: /tokenize and /detokenize name their own fields, the chat template's reserved names are refused
 wherever a template is rendered, and fields that contradict each other are refused instead of one winning
-silently. The model list carries the fields vLLM's benchmark client reads."""
+silently. The model list carries the fields vLLM's benchmark client reads. These need no model: the real app in-process
+over fake workers (the conformance suite checks what does, on every backend)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 from tests.app.harness import running_app
 
@@ -83,3 +85,34 @@ def test_model_cards_carry_vllms_root_and_parent(catalogue):
 
     model, [card] = asyncio.run(go())
     assert card["id"] == card["root"] == model and card["parent"] is None
+
+
+def _answer(catalogue, path: str, body: bytes) -> tuple[int, dict]:
+    async def go():
+        async with running_app(catalogue) as app:
+            response = await app.client.post(path, data=body, headers={"Content-Type": "application/json"})
+            return response.status, await response.json()
+
+    return asyncio.run(go())
+
+
+def test_malformed_json_is_a_400_in_openais_shape(catalogue):
+    status, body = _answer(catalogue, "/v1/chat/completions", b'{"model": ')
+    assert status == 400 and body["error"]["type"] == "invalid_request_error" and "JSON" in body["error"]["message"]
+
+
+def test_a_wrong_type_a_bad_message_and_an_unknown_argument_are_named(catalogue):
+    answers = _refusals(
+        catalogue,
+        ("/v1/chat/completions", {"messages": HI, "max_tokens": "ten"}),
+        ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}),
+        ("/v1/chat/completions", {"messages": HI, "max_tokenz": 3}),
+    )
+    assert [param for param, _ in answers[:2]] == ["max_tokens", "messages[0].role"]
+    assert "max_tokens" in answers[0][1] and "max_tokenz" in answers[2][1]
+
+
+def test_an_unknown_model_is_a_404_naming_it(catalogue):
+    status, body = _answer(catalogue, "/v1/chat/completions",
+                           json.dumps({"model": "no-such-model", "messages": HI}).encode())
+    assert status == 404 and body["error"]["code"] == "model_not_found" and "no-such-model" in body["error"]["message"]
