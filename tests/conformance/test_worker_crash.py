@@ -70,7 +70,8 @@ def test_an_idle_worker_that_dies_is_noticed_and_the_next_request_reloads_it(ser
     [pid] = worker_pids(server)
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: model_states(server)[DEFAULT_MODEL] == "unloaded", timeout=5, what="the crash to be noticed")
-    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=STORY, max_tokens=4)
+    reply = client.chat.completions.create(model=DEFAULT_MODEL, messages=STORY, max_tokens=4,
+                                           extra_body={"ignore_eos": True})
     assert reply.choices[0].finish_reason == "length"
     assert model_states(server)[DEFAULT_MODEL] == "ready"
 
