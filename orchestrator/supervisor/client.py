@@ -9,13 +9,13 @@ import itertools
 import logging
 import signal
 
+from orchestrator.backends.protocol import BackendStats
 from orchestrator.engine.request import EngineRequest
 from orchestrator.errors import InfernoError, ModelUnavailable, WorkerCrashed
 from orchestrator.ipc.channel import ChannelClosed
 from orchestrator.ipc.messages import (
     ROW_FINISH,
     ROW_REQUEST_ID,
-    BackendStats,
     Cancel,
     Idle,
     LoadFailed,
