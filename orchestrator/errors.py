@@ -1,8 +1,8 @@
 """Every error a user can hit, in one taxonomy, and the one table that maps it to HTTP.
 
 Layers below HTTP raise these (never HTTP status codes); the API layer turns any of them into OpenAI's
-error shape, `{"error": {"message", "type", "param", "code"}}`, both for JSON responses and for the
-error event sent when a stream has already started.
+error shape, `{"error": {"message", "type", "param", "code"}}` (Anthropic's for its Messages API), both for
+JSON responses and for the error event sent when a stream has already started.
 """
 
 from __future__ import annotations
@@ -156,6 +156,26 @@ def error_body(error: BaseException, request_id: str | None = None) -> dict:
     if request_id is not None:
         body["request_id"] = request_id
     return {"error": body}
+
+
+# Anthropic's error types (its Messages API's shape), by HTTP status; the status itself is the table's.
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def anthropic_error_body(error: BaseException, request_id: str | None = None) -> dict:
+    """The same error in Anthropic's shape, `{"type": "error", "error": {"type", "message"}, "request_id"}`;
+    the field a 400 is about is named in its message, as Anthropic does."""
+    openai = error_body(error)["error"]
+    status = kind_of(error).status
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    message = openai["message"]
+    if openai["param"] and openai["param"] not in message:
+        message = f"{openai['param']}: {message}"
+    body = {"type": "error", "error": {"type": kind, "message": message}}
+    if request_id is not None:
+        body["request_id"] = request_id
+    return body
 
 
 # Errors cross the worker boundary by name, so the HTTP process re-raises the same class.

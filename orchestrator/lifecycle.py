@@ -83,9 +83,11 @@ class InferenceRequest:
     events: asyncio.Queue = field(default_factory=asyncio.Queue)  # what its handler must see, in order
     # Takes a plain text row (choice, text) without waking the handler; returns False to send it to `events`.
     fast_path: Callable[[Choice, str], bool] | None = None
+    keeps_output: bool = False  # collect each choice's output on it (a whole response; an agent API's stream)
     _by_engine_id: dict[str, Choice] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.keeps_output = self.keeps_output or not self.stream
         self._by_engine_id = {choice.engine_request.id: choice for choice in self.choices}
 
     # -- engine side -------------------------------------------------------------------------------------
@@ -119,7 +121,7 @@ class InferenceRequest:
         self._count_tokens(choice, delta.num_tokens)
         if delta.cached_tokens is not None:
             self.cached_tokens = max(self.cached_tokens or 0, delta.cached_tokens)
-        if not self.stream:
+        if self.keeps_output:
             choice.parts.append(delta.text)
             if delta.logprobs is not None:
                 if choice.logprobs is None:

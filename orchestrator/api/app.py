@@ -33,7 +33,7 @@ from orchestrator.api.openapi import openapi
 from orchestrator.api.origins import origins_middleware, stamp_cors
 from orchestrator.api.outcome import outcome_middleware
 from orchestrator.api.preparation import most_prompt_chars
-from orchestrator.api.responses import Format
+from orchestrator.api.completions_format import Format
 from orchestrator.api.state import STATE, AppState
 from orchestrator.api.tokenize import detokenize, tokenize
 from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest

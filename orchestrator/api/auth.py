@@ -1,4 +1,4 @@
-"""Bearer keys (access/keys.py): none configured means an open server (a local default) where every caller is
+"""API keys (access/keys.py), sent as `Authorization: Bearer` or as Anthropic's `x-api-key`: none configured means an open server (a local default) where every caller is
 `anonymous`; once keys are configured, /v1 and the other API routes need a key and /admin a key with admin
 rights. Health, readiness and metrics stay open for probes and scrapers. The key's policy goes on the
 request's record for the model checks (access.py) and limits further in."""
@@ -15,9 +15,12 @@ OPEN_PATHS = ("/health", "/ready", "/metrics")
 
 
 def _presented(http: web.Request) -> str | None:
+    """The key sent as `Authorization: Bearer <key>`, or as `x-api-key: <key>` (Anthropic's clients)."""
     header = http.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return http.headers.get("x-api-key", "").strip() or None
 
 
 def auth_middleware(keys: KeyRing):

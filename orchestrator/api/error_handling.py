@@ -1,4 +1,4 @@
-"""Every error as OpenAI's JSON error, with the status from the one table (errors.py) and the request's id in
+"""Every error as OpenAI's JSON error (Anthropic's under its API's paths), with the status from the one table (errors.py) and the request's id in
 the body, in the `X-Request-Id` header and in the log. aiohttp's own refusals (no such route, wrong method, a
 body over the size limit) are turned into the taxonomy's classes; an unexpected exception is logged with its
 traceback and answered as a 500 without internals (once a stream has begun, the connection is closed). A
@@ -47,12 +47,12 @@ async def errors_middleware(http: web.Request, handler) -> web.StreamResponse:
     try:
         return await handler(http)
     except InfernoError as exc:
-        return error_response(exc, request_id)
+        return error_response(exc, request_id, http.path)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise  # a redirect or the like: not an error
         error = from_aiohttp(http, exc)
-        return _other_http_error(exc, request_id) if error is None else error_response(error, request_id)
+        return _other_http_error(exc, request_id) if error is None else error_response(error, request_id, http.path)
     except asyncio.CancelledError:
         raise
     except ConnectionResetError:
@@ -61,7 +61,7 @@ async def errors_middleware(http: web.Request, handler) -> web.StreamResponse:
         log.exception("unexpected error on %s %s (request %s)", http.method, http.path, request_id)
         if http.writer.output_size > 0:
             raise  # a stream has begun: aiohttp closes the connection
-        return error_response(exc, request_id)
+        return error_response(exc, request_id, http.path)
 
 
 def client_gone(http: web.Request) -> web.Response:

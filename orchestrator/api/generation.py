@@ -1,18 +1,24 @@
 """One path for every generation request: checked wire request -> scheduler lease -> worker -> SSE or JSON.
 
-Chat and text completions differ only in their wire type and their `Format`.
+Every front door goes through it. Chat and text completions differ only in their wire type and their `Format`
+(completions_format.py), and are written with a fast path for plain text. The agent APIs (OpenAI's Responses,
+Anthropic's Messages) are front doors of their own wire type and an `EventPresenter`: the same preparation, lease
+and engine output, written as their named server-sent events or as one JSON body.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Protocol
 
 import orjson
 from aiohttp import web
 
-from orchestrator.api.preparation import prepare_generation
+from orchestrator.api.completions_format import Format, now
+from orchestrator.api.preparation import FrontDoorRequest, Prepared, prepare_generation
 from orchestrator.api.record import record_of
-from orchestrator.api.responses import Format, now
 from orchestrator.api.sse import DONE, ChunkTemplates, SseWriter, sse
 from orchestrator.api.stall import watch_stalls
 from orchestrator.api.state import STATE
@@ -20,6 +26,8 @@ from orchestrator.api.wire import _GenerationRequest
 from orchestrator.errors import InfernoError, error_body, kind_of
 from orchestrator.ipc.messages import TextDelta
 from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
+
+Event = tuple[str, dict]  # a named server-sent event: its name and its data
 
 
 async def next_deltas(request: InferenceRequest) -> list[TextDelta]:
@@ -30,24 +38,21 @@ async def next_deltas(request: InferenceRequest) -> list[TextDelta]:
     return deltas
 
 
-async def serve_generation(
-    http: web.Request, wire: _GenerationRequest, fmt: Format, id_prefix: str
-) -> web.StreamResponse:
-    state = http.app[STATE]
-    prepared = await prepare_generation(http, wire, id_prefix)  # the key's model and limits; the prompt
-    engine, priority, request = prepared.model.engine, prepared.priority, prepared.request
-    fmt = Format(fmt.object_name, fmt.chunk_name, fmt.chat, f"fp_{engine.manifest.build.fingerprint.split(':')[-1][:12]}")
+@asynccontextmanager
+async def running(http: web.Request, prepared: Prepared) -> AsyncIterator[InferenceRequest]:
+    """The prepared request, its grammar checked, admitted by the scheduler and submitted to a worker, for the
+    body of the `async with` to read its output; the lease ends (and cancels what is still running) with it.
+    The request's metrics are observed once, whatever happened."""
+    state, engine, request = http.app[STATE], prepared.model.engine, prepared.request
     http_status = 200
     try:
         if request.guide is not None:  # a grammar that does not compile never reaches an engine
             eos = engine.manifest.tokenizer.eos_token_ids
             await state.grammar.check(engine.folder, request.guide, stop_token_ids=eos)
-        async with state.scheduler.lease(request, priority) as worker:
+        async with state.scheduler.lease(request, prepared.priority) as worker:
             for choice in request.choices:
                 worker.submit(choice.engine_request, request.deliver)
-            if request.stream:
-                return await _stream(http, request, fmt, wire.include_usage, wire.continuous_usage)
-            return await _collect(request, fmt)
+            yield request
     except InfernoError as exc:
         http_status = kind_of(exc).status
         request.finish(RequestStatus.FINISHED_ERROR)
@@ -60,14 +65,64 @@ async def serve_generation(
         state.request_metrics.observe(request, http_status)
 
 
-def _take_text(choice: Choice, text: str) -> bool:
-    """A whole response's fast path: keep the text for the end; nothing to wake for."""
-    choice.parts.append(text)
-    return True
+async def serve_generation(
+    http: web.Request, wire: _GenerationRequest, fmt: Format, id_prefix: str
+) -> web.StreamResponse:
+    """Chat and text completions."""
+    prepared = await prepare_generation(http, wire, id_prefix)  # the key's model and limits; the prompt
+    engine = prepared.model.engine
+    fmt = Format(fmt.object_name, fmt.chunk_name, fmt.chat, f"fp_{engine.manifest.build.fingerprint.split(':')[-1][:12]}")
+    async with running(http, prepared) as request:
+        if request.stream:
+            return await _stream(http, request, fmt, wire.include_usage, wire.continuous_usage)
+        await collect(request)
+        body = fmt.response(request, ["".join(choice.parts) for choice in request.choices], now())
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
-async def _collect(request: InferenceRequest, fmt: Format) -> web.Response:
-    created = now()
+class EventPresenter(Protocol):
+    """How an agent API writes one request's output: its whole body, or its stream of named events. Made per
+    request (it keeps the stream's state: open blocks, sequence numbers)."""
+
+    def response(self, request: InferenceRequest) -> dict:
+        """The whole body, once every choice has finished (their text, reasoning and tool calls collected)."""
+
+    def opening(self, request: InferenceRequest) -> list[Event]:
+        """The events before any output."""
+
+    def delta(self, request: InferenceRequest, choice: Choice, delta: TextDelta) -> list[Event]:
+        """The events for one delta of output (text, reasoning, tool-call entries, a finish)."""
+
+    def closing(self, request: InferenceRequest) -> list[Event]:
+        """The events once every choice has finished."""
+
+    def failure(self, request: InferenceRequest, error: InfernoError, request_id: str) -> list[Event]:
+        """The events that end a stream that failed after it began."""
+
+
+def event_bytes(events: list[Event]) -> bytes:
+    return b"".join(b"event: %b\ndata: %b\n\n" % (name.encode(), orjson.dumps(data)) for name, data in events)
+
+
+async def serve_events(
+    http: web.Request,
+    wire: FrontDoorRequest,
+    presenter_for: Callable[[Prepared], EventPresenter],
+    id_prefix: str,
+    prepared: Prepared | None = None,
+) -> web.StreamResponse:
+    """An agent API's generation: the same preparation and lease as chat, written by its presenter."""
+    prepared = prepared or await prepare_generation(http, wire, id_prefix)
+    presenter = presenter_for(prepared)
+    async with running(http, prepared) as request:
+        if not request.stream:
+            await collect(request)
+            return web.Response(body=orjson.dumps(presenter.response(request)), content_type="application/json")
+        return await _stream_events(http, request, presenter)
+
+
+async def collect(request: InferenceRequest) -> None:
+    """Wait for every choice to finish, their output collected on them; raises a choice's error."""
     for choice in request.choices:
         choice.parts.append(request.echo or "")
     request.fast_path = _take_text
@@ -77,8 +132,53 @@ async def _collect(request: InferenceRequest, fmt: Format) -> web.Response:
             if choice.error is not None:
                 raise choice.error
     request.finish(request.final_status())
-    body = fmt.response(request, ["".join(choice.parts) for choice in request.choices], created)
-    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+async def _open_event_stream(http: web.Request) -> SseWriter:
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+    response.enable_chunked_encoding()
+    await response.prepare(http)
+    return SseWriter(response, http, watch_stalls(http).wrote)
+
+
+async def _stream_events(http: web.Request, request: InferenceRequest, presenter: EventPresenter
+                         ) -> web.StreamResponse:
+    """Named events. As for chat, the headers go out with the first output, so an error before it is a plain
+    JSON error with its status; after that, the presenter's failure events end the stream."""
+    writer: SseWriter | None = None
+    request.keeps_output = True  # the closing events carry the whole response
+    while True:
+        deltas = await next_deltas(request)
+        if writer is None:
+            first_error = next((d for d in deltas if d.error is not None), None)
+            if first_error is not None:
+                raise request.record(first_error).error
+            writer = await _open_event_stream(http)
+            await writer.send(event_bytes(presenter.opening(request)))
+        events: list[Event] = []
+        for delta in deltas:
+            choice = request.record(delta)
+            if choice.error is not None:
+                request.finish(RequestStatus.FINISHED_ERROR)
+                events += presenter.failure(request, choice.error, record_of(http).id)
+                await writer.send(event_bytes(events))
+                await writer.close()
+                return writer.response
+            events += presenter.delta(request, choice, delta)
+        if request.all_finished:
+            request.finish(request.final_status())
+            await writer.send(event_bytes(events + presenter.closing(request)))
+            await writer.close()
+            return writer.response
+        await writer.send(event_bytes(events))
+
+
+def _take_text(choice: Choice, text: str) -> bool:
+    """A whole response's fast path: keep the text for the end; nothing to wake for."""
+    choice.parts.append(text)
+    return True
 
 
 class _EventStream:
@@ -97,12 +197,7 @@ class _EventStream:
         )
 
     async def open(self) -> None:
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        )
-        response.enable_chunked_encoding()
-        await response.prepare(self.http)
-        self.writer = SseWriter(response, self.http, watch_stalls(self.http).wrote)
+        self.writer = await _open_event_stream(self.http)
         first = b"".join(
             sse(self.fmt.chunk(self.request, self.created, choice.index, self.request.echo, role=True,
                                include_usage=self.include_usage, continuous_usage=self.continuous_usage))

@@ -1,5 +1,5 @@
 """JSON in and out of aiohttp: validating a body into a wire type with errors that name the field, and
-OpenAI-shaped responses, errors included."""
+OpenAI-shaped responses, errors included (Anthropic-shaped under its API's paths)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,23 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.api.wire import field_path
-from orchestrator.errors import InfernoError, InvalidRequest, error_body, kind_of
+from orchestrator.errors import InfernoError, InvalidRequest, anthropic_error_body, error_body, kind_of
 
 
 def json_response(body: dict, status: int = 200, headers: dict | None = None) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json", headers=headers)
 
 
-def error_response(error: BaseException, request_id: str | None = None) -> web.Response:
+ANTHROPIC_PATHS = "/v1/messages"  # Anthropic's API: its errors in Anthropic's shape
+
+
+def error_response(error: BaseException, request_id: str | None = None, path: str = "") -> web.Response:
+    """The error as JSON with the table's status, in the shape of the API `path` belongs to."""
     headers = None
     if isinstance(error, InfernoError) and error.retry_after_s is not None:
         headers = {"Retry-After": str(max(1, math.ceil(error.retry_after_s)))}
-    return json_response(error_body(error, request_id), kind_of(error).status, headers)
+    shape = anthropic_error_body if path.startswith(ANTHROPIC_PATHS) else error_body
+    return json_response(shape(error, request_id), kind_of(error).status, headers)
 
 
 def validate(body: bytes, wire_type: type[BaseModel]) -> BaseModel:

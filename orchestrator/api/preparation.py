@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiohttp import web
 
@@ -27,13 +28,31 @@ from orchestrator.api.access import model_view
 from orchestrator.api.body import off_loop
 from orchestrator.api.record import RequestRecord, record_of
 from orchestrator.api.state import STATE
-from orchestrator.api.wire import CompletionRequest, _GenerationRequest
+from orchestrator.api.engine_requests import Generation, inference_request
 from orchestrator.engine.catalogue import Engine
 from orchestrator.errors import ContextLengthExceeded
 from orchestrator.ipc.messages import ROW_REQUEST_ID, ROW_TEXT
 from orchestrator.lifecycle import InferenceRequest
 from orchestrator.scheduler import ModelView, Priority, request_priority
 from orchestrator.text.prompt import PromptEncoder
+
+
+class FrontDoorRequest(Protocol):
+    """What preparation needs of a wire request, whatever API it came through (chat, completions, Responses,
+    Messages): the model it names, its service tier, how it names its prompt, and its `Generation`."""
+
+    model: str
+    service_tier: str | None
+    PROMPT_PARAM: str
+
+    def generation(self, engine: Engine) -> Generation:
+        """The request in the server's own terms, its prompt tokenised (raises the taxonomy's 400s)."""
+
+    def prompt_text(self, engine: Engine) -> str | None:
+        """The prompt as one text (a conversation rendered by the template); None for token ids."""
+
+    def audit_prompt(self) -> object:
+        """The prompt as the audit log keeps it (text, or the messages)."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +62,7 @@ class Prepared:
     request: InferenceRequest
 
 
-async def prepare_generation(http: web.Request, wire: _GenerationRequest, id_prefix: str) -> Prepared:
+async def prepare_generation(http: web.Request, wire: FrontDoorRequest, id_prefix: str) -> Prepared:
     """The checked inference request, its model's view and its priority class; raises the taxonomy's errors
     (404, 400, 429) as listed in this module's docstring."""
     state, record = http.app[STATE], record_of(http)
@@ -56,7 +75,7 @@ async def prepare_generation(http: web.Request, wire: _GenerationRequest, id_pre
         limiter.admit()
         record.limiter = limiter
     await off_loop(http, _check_prompt_chars, wire, model.engine, record.body_bytes)
-    request = await off_loop(http, wire.to_inference_request, model.engine, id_prefix, priority.in_engine,
+    request = await off_loop(http, _inference_request, wire, model.engine, id_prefix, priority.in_engine,
                              model.settings.max_tokens)
     record.inference = request
     if record.limiter is not None:
@@ -66,22 +85,23 @@ async def prepare_generation(http: web.Request, wire: _GenerationRequest, id_pre
     return Prepared(model, priority, request)
 
 
+def _inference_request(wire: FrontDoorRequest, engine: Engine, id_prefix: str, priority: int,
+                       ceiling: int | None) -> InferenceRequest:
+    return inference_request(engine, wire.generation(engine), id_prefix=id_prefix, priority=priority, ceiling=ceiling)
+
+
 @functools.cache
 def longest_token_chars(prompts: PromptEncoder) -> int:
     """No token of this tokenizer stands for more characters than this (its longest vocabulary entry)."""
     return max(len(token) for token in prompts.tokenizer.get_vocab(with_added_tokens=True))
 
 
-def _prompt_text_if_it_may_be_too_long(wire: _GenerationRequest, engine: Engine, body_bytes: int) -> str | None:
+def _prompt_text_if_it_may_be_too_long(wire: FrontDoorRequest, engine: Engine, body_bytes: int) -> str | None:
     """The prompt's text, when a body this large could hold one too long for the model; else None (the
-    common case: nothing is done twice). A chat prompt is rendered by the template for this."""
+    common case: nothing is done twice)."""
     if body_bytes <= most_prompt_chars(engine):
         return None
-    if isinstance(wire, CompletionRequest):
-        text = wire.prompt if isinstance(wire.prompt, str) else wire.prompt[0]
-        return text if isinstance(text, str) else None  # token ids are counted as they are
-    messages = [m.as_template_input() for m in wire.messages]
-    return engine.prompts.render_chat(messages, getattr(wire, "chat_template_kwargs", None) or {})
+    return wire.prompt_text(engine)
 
 
 def most_prompt_chars(engine: Engine) -> int:
@@ -90,7 +110,7 @@ def most_prompt_chars(engine: Engine) -> int:
     return engine.manifest.limits.max_input_len * longest_token_chars(engine.prompts)
 
 
-def _check_prompt_chars(wire: _GenerationRequest, engine: Engine, body_bytes: int) -> None:
+def _check_prompt_chars(wire: FrontDoorRequest, engine: Engine, body_bytes: int) -> None:
     """A prompt longer than any the model could take, in characters, is refused before the tokenizer spends
     seconds on it (and the event loop's thread time on the huge result)."""
     text = _prompt_text_if_it_may_be_too_long(wire, engine, body_bytes)
@@ -104,11 +124,9 @@ def _check_prompt_chars(wire: _GenerationRequest, engine: Engine, body_bytes: in
         )
 
 
-def _keep_text(record: RequestRecord, wire: _GenerationRequest, request: InferenceRequest) -> None:
+def _keep_text(record: RequestRecord, wire: FrontDoorRequest, request: InferenceRequest) -> None:
     """For an audit log with text: the prompt, and every choice's text as it is delivered."""
-    record.prompt_text = (
-        wire.prompt if isinstance(wire, CompletionRequest) else [m.as_template_input() for m in wire.messages]
-    )
+    record.prompt_text = wire.audit_prompt()
     completions = record.completions = {c.engine_request.id: [] for c in request.choices}
     deliver = request.deliver
 

@@ -2,7 +2,7 @@
 
 Most chunks of a stream differ only in their text. `ChunkTemplates` renders each choice's chunk once, around a
 marker, and keeps the bytes before and after the marker's JSON: a text chunk is then prefix + the text as JSON +
-suffix, the same bytes the general renderer (responses.Format.chunk) would make. `SseWriter` writes a chunk to
+suffix, the same bytes the general renderer (completions_format.Format.chunk) would make. `SseWriter` writes a chunk to
 the socket synchronously, in HTTP/1.1 chunked framing, so the worker reader's dispatch can stream a step's text to
 every client without waking one coroutine per request; it reports when the socket's buffer is congested (the
 client reads slowly) so the caller can fall back to waiting for the buffer to drain.

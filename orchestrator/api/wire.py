@@ -168,6 +168,12 @@ class _GenerationRequest(_Wire):
     def top_logprobs_asked(self) -> int:
         raise NotImplementedError
 
+    def prompt_text(self, engine: Engine) -> str | None:
+        raise NotImplementedError
+
+    def audit_prompt(self) -> object:
+        raise NotImplementedError
+
     def echo_text(self, engine: Engine, prompt: list[int]) -> str | None:
         """The prompt's text, when the response must begin with it (completions' echo)."""
         return None
@@ -278,7 +284,13 @@ class ChatCompletionRequest(_GenerationRequest):
         return OutputPlan.for_model(engine.manifest.chat, guide, tools, chat=True)
 
     def prompt_ids(self, engine: Engine, plan: OutputPlan) -> list[int]:
-        return chat_prompt(engine, [m.as_template_input() for m in self.messages], plan, self.chat_template_kwargs)
+        return chat_prompt(engine, self.audit_prompt(), plan, self.chat_template_kwargs)
+
+    def prompt_text(self, engine: Engine) -> str | None:
+        return engine.prompts.render_chat(self.audit_prompt(), self.chat_template_kwargs or {})
+
+    def audit_prompt(self) -> list[dict]:
+        return [m.as_template_input() for m in self.messages]
 
 
 class CompletionRequest(_GenerationRequest):
@@ -318,6 +330,13 @@ class CompletionRequest(_GenerationRequest):
             return list(prompt)
         text = prompt if isinstance(prompt, str) else prompt[0]
         return engine.prompts.encode_text(text)
+
+    def prompt_text(self, engine: Engine) -> str | None:
+        text = self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+        return text if isinstance(text, str) else None  # token ids are counted as they are
+
+    def audit_prompt(self) -> object:
+        return self.prompt
 
     def echo_text(self, engine: Engine, prompt: list[int]) -> str | None:
         if not self.echo:

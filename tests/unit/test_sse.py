@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.api.responses import Format
+from orchestrator.api.completions_format import Format
 from orchestrator.api.sse import ChunkTemplates, sse
 from orchestrator.engine.request import EngineRequest
 from orchestrator.lifecycle import Choice, InferenceRequest
