@@ -100,6 +100,14 @@ class ShuttingDown(InfernoError):
     """The server is draining and takes no new requests."""
 
 
+class StoreUnavailable(InfernoError):
+    """The response store cannot read or write right now (its database failed, or none could be opened)."""
+
+
+class StorageFull(StoreUnavailable):
+    """The response store's disk is full: nothing more can be kept until space is freed."""
+
+
 class InternalError(InfernoError):
     """Anything that is none of the above (a bug): any other exception is reported as this, without its text."""
 
@@ -133,6 +141,8 @@ ERROR_TABLE: dict[type[InfernoError], ErrorKind] = {
     WorkerCrashed: ErrorKind(503, "service_unavailable", "worker_crashed"),
     EngineDead: ErrorKind(503, "service_unavailable", "engine_stopped"),
     ShuttingDown: ErrorKind(503, "service_unavailable", "shutting_down"),
+    StoreUnavailable: ErrorKind(503, "service_unavailable", "store_unavailable"),
+    StorageFull: ErrorKind(507, "server_error", "storage_full"),
     InternalError: ErrorKind(500, "server_error", "internal_error"),
 }
 

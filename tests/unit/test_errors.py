@@ -25,6 +25,8 @@ from orchestrator import errors
         (errors.BackendUnavailable("x"), 503, "backend_unavailable"),
         (errors.OutOfMemory("x"), 503, "out_of_memory"),
         (errors.WorkerCrashed("x"), 503, "worker_crashed"),
+        (errors.StoreUnavailable("x"), 503, "store_unavailable"),
+        (errors.StorageFull("x"), 507, "storage_full"),
         (RuntimeError("secret internals"), 500, "internal_error"),
         (errors.InternalError("x"), 500, "internal_error"),
     ],
