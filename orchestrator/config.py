@@ -137,6 +137,18 @@ class AuditConfig(_Section):
     )
 
 
+class StoreConfig(_Section):
+    """The response store: Responses API responses kept on disk, so that `previous_response_id` continues a
+    conversation and a response can be read back, also after a restart."""
+
+    enabled: bool = Field(True, description="keep responses (off: the Responses API keeps nothing between requests)")
+    path: Path | None = Field(None, description="the SQLite database file (default: responses.sqlite3 in --data-dir)")
+    max_age_days: float = Field(30.0, gt=0, description="responses older than this are deleted")
+    max_mb: float = Field(
+        1024.0, gt=0, description="most megabytes of responses kept; the oldest are deleted first beyond it"
+    )
+
+
 class ServerConfig(BaseSettings):
     """Inferno's settings (`inferno serve --help` lists them all)."""
 
@@ -154,6 +166,7 @@ class ServerConfig(BaseSettings):
     port: int = Field(8000, ge=0, le=65535, description="port to listen on (0 picks a free one)")
     engines_dir: Path = Field(Path("engines"), description="folder holding one engine folder per model")
     models: tuple[str, ...] = Field((), description="serve only these engines (default: every engine found)")
+    data_dir: Path = Field(Path("data"), description="folder for what the server keeps (the response store)")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     drain_timeout_s: float = Field(30.0, ge=0, description="on shutdown, let running requests finish this long")
     model_settings: Path | None = Field(None, description="TOML file of per-model settings (pinned, keep_alive_s, ...)")
@@ -164,6 +177,12 @@ class ServerConfig(BaseSettings):
     auth: AuthConfig = AuthConfig()
     structured: StructuredConfig = StructuredConfig()
     audit: AuditConfig = AuditConfig()
+    store: StoreConfig = StoreConfig()
+
+    @property
+    def store_file(self) -> Path:
+        """Where the response store's database is: --store.path, else responses.sqlite3 in --data-dir."""
+        return self.store.path if self.store.path is not None else self.data_dir / "responses.sqlite3"
 
 
 def load_config(argv: list[str] | None = None) -> ServerConfig:
