@@ -73,6 +73,19 @@ def _stop_leftover_servers() -> Iterator[None]:
         server.stop(timeout=10)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _data_dir(tmp_path_factory) -> Iterator[None]:
+    """What the servers of a test run keep (the response store) goes to a temporary folder, not the checkout:
+    in-process apps and server processes alike read INFERNO_DATA_DIR."""
+    before = os.environ.get("INFERNO_DATA_DIR")
+    os.environ["INFERNO_DATA_DIR"] = str(tmp_path_factory.mktemp("data"))
+    yield
+    if before is None:
+        del os.environ["INFERNO_DATA_DIR"]
+    else:
+        os.environ["INFERNO_DATA_DIR"] = before
+
+
 def build_engine(recipe: str) -> Path:
     """A catalog recipe's engine under ENGINES, built once (a cache hit when it is built already)."""
     result = subprocess.run(

@@ -48,6 +48,7 @@ from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.metrics.scheduler_events import SchedulerMetrics
 from orchestrator.metrics.simulation import register_simulation_info
 from orchestrator.scheduler import ModelSnapshot, Scheduler
+from orchestrator.store import open_store
 from orchestrator.structured.checker import GrammarChecker
 from orchestrator.supervisor.handle import WorkerSource
 from orchestrator.supervisor.pool import WorkerPool
@@ -165,7 +166,7 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
     admin.add_routes(app)
     app.on_response_prepare.extend([stamp_request_id, stamp_cors])
     app.on_shutdown.append(_drain_on_shutdown)
-    app.cleanup_ctx.append(_scheduler_lifetime)
+    app.cleanup_ctx.extend([_store_lifetime, _scheduler_lifetime])  # cleaned up in reverse: the store last
     return app
 
 
@@ -184,6 +185,16 @@ async def _scheduler_lifetime(app: web.Application):
     await state.scheduler.stop(state.config.drain_timeout_s)
     await state.grammar.close()
     state.audit.close()
+
+
+async def _store_lifetime(app: web.Application):
+    """Open the response store before the scheduler starts; close it after the scheduler has drained and
+    stopped, so the responses that finish during the drain are kept."""
+    state = app[STATE]
+    state.store = await open_store(state.config)
+    yield
+    if state.store is not None:
+        await state.store.close()
 
 
 async def _drain_on_shutdown(app: web.Application) -> None:

@@ -17,6 +17,7 @@ from orchestrator.engine.catalogue import Catalogue
 from orchestrator.metrics.engine_collector import EngineCollector
 from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.scheduler import Scheduler
+from orchestrator.store import ResponseStore
 from orchestrator.structured.checker import GrammarChecker
 
 
@@ -34,6 +35,7 @@ class AppState:
     usage: UsageMeter  # per-key usage
     audit: AuditLog
     initial_loads: asyncio.Task | None = None  # the scheduler's start, begun with the app
+    store: ResponseStore | None = None  # kept responses (opened with the app; None when off or unavailable)
 
 
 STATE = web.AppKey("inferno_state", AppState)
