@@ -34,7 +34,7 @@ NINJA := $(shell command -v ninja 2>/dev/null)
 # cmake from the system, else from PyPI into the venv (as pip's own build of llama-cpp-python would do).
 CMAKE := $(or $(shell command -v cmake 2>/dev/null),$(BIN)/cmake)
 
-.PHONY: setup serve test test-fast test-deps test-clients clients bench bench-llamacpp soak build-engine default-engine llama-server lint clean
+.PHONY: setup serve test test-fast test-deps test-clients clients test-agents agents bench bench-llamacpp soak build-engine default-engine llama-server lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -113,6 +113,26 @@ test-clients: default-engine clients
 	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) INFERNO_CLIENT_VENVS=$(abspath $(CLIENT_VENVS)) \
 		$(BIN)/pytest -m clients $(PYTEST_ARGS)
 
+# Real coding agents from npm (Node 20), pinned, in AGENTS_DIR (ignored): each must complete a turn against a
+# real server of the long-context engine (tests/agents/run.py). Not part of `make test`. npm 11 leaves Claude
+# Code's install script unrun (it puts the native binary in place), so it is run here.
+AGENTS_DIR ?= .agents
+CODEX_VERSION ?= 0.171.0
+CLAUDE_CODE_VERSION ?= 2.1.197
+AGENTS_MODEL := smollm2-135m-32k
+AGENTS_ARGS ?=
+
+$(AGENTS_DIR)/.installed-$(CODEX_VERSION)-$(CLAUDE_CODE_VERSION):
+	npm install --prefix $(AGENTS_DIR) --save-exact --no-fund --no-audit @openai/codex@$(CODEX_VERSION) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+	cd $(AGENTS_DIR)/node_modules/@anthropic-ai/claude-code && node install.cjs
+	touch $@
+
+agents: $(AGENTS_DIR)/.installed-$(CODEX_VERSION)-$(CLAUDE_CODE_VERSION)
+
+test-agents: setup agents
+	$(BIN)/inferno build $(AGENTS_MODEL) --engines-dir $(ENGINES_DIR)
+	$(BIN)/python -m tests.agents.run --engines-dir $(ENGINES_DIR) --model $(AGENTS_MODEL) --agents-dir $(AGENTS_DIR) $(AGENTS_ARGS)
+
 # TensorRT engines build with the Python that has TensorRT-LLM 1.2.1: in an image with Inferno installed
 # beside it (deploy/docker/gpu.Dockerfile), INFERNO=inferno uses that one instead of setting up .venv.
 INFERNO ?= $(BIN)/inferno
@@ -178,4 +198,4 @@ lint: setup
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) $(CLIENT_VENVS) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CLIENT_VENVS) $(AGENTS_DIR) .pytest_cache .ruff_cache

