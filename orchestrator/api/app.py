@@ -26,6 +26,7 @@ from orchestrator.api.access import model_view, visible_models
 from orchestrator.api.accounting import Accounting
 from orchestrator.api.auth import auth_middleware
 from orchestrator.api.body import parse
+from orchestrator.api.completions_format import Format
 from orchestrator.api.error_handling import errors_middleware, stamp_request_id
 from orchestrator.api.generation import serve_generation
 from orchestrator.api.http import json_response
@@ -33,7 +34,6 @@ from orchestrator.api.openapi import openapi
 from orchestrator.api.origins import origins_middleware, stamp_cors
 from orchestrator.api.outcome import outcome_middleware
 from orchestrator.api.preparation import most_prompt_chars
-from orchestrator.api.completions_format import Format
 from orchestrator.api.state import STATE, AppState
 from orchestrator.api.tokenize import detokenize, tokenize
 from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest

@@ -26,9 +26,9 @@ from aiohttp import web
 from orchestrator.access.keys import ANONYMOUS
 from orchestrator.api.access import model_view
 from orchestrator.api.body import off_loop
+from orchestrator.api.engine_requests import Generation, inference_request
 from orchestrator.api.record import RequestRecord, record_of
 from orchestrator.api.state import STATE
-from orchestrator.api.engine_requests import Generation, inference_request
 from orchestrator.engine.catalogue import Engine
 from orchestrator.errors import ContextLengthExceeded
 from orchestrator.ipc.messages import ROW_REQUEST_ID, ROW_TEXT
