@@ -22,6 +22,7 @@ from orchestrator.access.keys import load_keys
 from orchestrator.access.limits import KeyLimiters
 from orchestrator.access.usage import UsageMeter
 from orchestrator.api import admin
+from orchestrator.api.responses_api import routes as responses_api
 from orchestrator.api.access import model_view, visible_models
 from orchestrator.api.accounting import Accounting
 from orchestrator.api.auth import auth_middleware
@@ -164,6 +165,7 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
     app.router.add_get("/ready", ready)
     app.router.add_get("/metrics", metrics)
     admin.add_routes(app)
+    responses_api.add_routes(app)
     app.on_response_prepare.extend([stamp_request_id, stamp_cors])
     app.on_shutdown.append(_drain_on_shutdown)
     app.cleanup_ctx.extend([_store_lifetime, _scheduler_lifetime])  # cleaned up in reverse: the store last

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.api.engine_requests import SamplingFields
+from orchestrator.api.engine_requests import SamplingFields, check_supported
+from orchestrator.backends import features_of
+from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.manifest import ChatFormat
-from orchestrator.errors import InvalidRequest
+from orchestrator.errors import InvalidRequest, UnsupportedParameter
 from orchestrator.structured.guide import Guide
 from orchestrator.structured.reasoning import after_reasoning
 from orchestrator.structured.tools import ToolPlan
@@ -43,3 +45,16 @@ class OutputPlan:
                     "where the grammar ends",
                     param=name,
                 )
+
+
+def check_output(plan: OutputPlan, fields: SamplingFields, engine: Engine) -> None:
+    """Every front door's checks of what a request asks against what the model's backend honours: its sampling
+    fields, its constraint with them, and a constraint at all (raises UnsupportedParameter / InvalidRequest)."""
+    check_supported(fields, engine)
+    plan.check_compatible(fields)
+    if plan.guide is not None and not features_of(engine.manifest).guided:
+        raise UnsupportedParameter(
+            f"output constraints ({plan.guide.param}) are not supported by the '{engine.manifest.backend}' "
+            f"backend that serves model '{engine.name}'",
+            param=plan.guide.param,
+        )

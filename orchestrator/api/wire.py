@@ -19,11 +19,9 @@ from orchestrator.api.engine_requests import (
     Generation,
     SamplingFields,
     chat_prompt,
-    check_supported,
     inference_request,
 )
-from orchestrator.api.output_plan import OutputPlan
-from orchestrator.backends import features_of
+from orchestrator.api.output_plan import OutputPlan, check_output
 from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import FIELD_BOUNDS, INT32_MAX
 from orchestrator.errors import InvalidRequest, UnsupportedParameter
@@ -217,15 +215,8 @@ class _GenerationRequest(_Wire):
         """This request in the server's own terms, its prompt made with the model's template and tokenizer; raises
         InvalidRequest / UnsupportedParameter (400) naming what is wrong."""
         fields = self.sampling_fields()
-        check_supported(fields, engine)
         plan = self.output_plan(engine)
-        plan.check_compatible(fields)
-        if plan.guide is not None and not features_of(engine.manifest).guided:
-            raise UnsupportedParameter(
-                f"output constraints ({plan.guide.param}) are not supported by the '{engine.manifest.backend}' "
-                f"backend that serves model '{engine.name}'",
-                param=plan.guide.param,
-            )
+        check_output(plan, fields, engine)
         prompt = self.prompt_ids(engine, plan)
         return Generation(
             prompt=prompt, prompt_param=self.PROMPT_PARAM, fields=fields, plan=plan,
