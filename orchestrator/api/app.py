@@ -22,7 +22,6 @@ from orchestrator.access.keys import load_keys
 from orchestrator.access.limits import KeyLimiters
 from orchestrator.access.usage import UsageMeter
 from orchestrator.api import admin
-from orchestrator.api.responses_api import routes as responses_api
 from orchestrator.api.access import model_view, visible_models
 from orchestrator.api.accounting import Accounting
 from orchestrator.api.auth import auth_middleware
@@ -35,6 +34,7 @@ from orchestrator.api.openapi import openapi
 from orchestrator.api.origins import origins_middleware, stamp_cors
 from orchestrator.api.outcome import outcome_middleware
 from orchestrator.api.preparation import most_prompt_chars
+from orchestrator.api.responses_api import routes as responses_api
 from orchestrator.api.state import STATE, AppState
 from orchestrator.api.tokenize import detokenize, tokenize
 from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest

@@ -40,7 +40,8 @@ def validate(body: bytes, wire_type: type[BaseModel]) -> BaseModel:
         where = field_path(first["loc"], wire_type)
         detail = first["msg"]
         if first["type"] == "extra_forbidden":
-            where = ".".join(str(p) for p in first["loc"])
+            parent = field_path(first["loc"][:-1], wire_type)
+            where = f"{parent}.{first['loc'][-1]}" if parent else str(first["loc"][-1])
             detail = "unrecognised request argument"
         given = first.get("input")
         shown = "" if first["type"] in ("missing", "extra_forbidden") else f" (got {given!r:.80})"

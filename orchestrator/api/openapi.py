@@ -11,6 +11,7 @@ from pydantic.json_schema import models_json_schema
 
 from orchestrator import __version__
 from orchestrator.api.http import json_response
+from orchestrator.api.responses_api.wire import ResponsesRequest
 from orchestrator.api.tokenize import Detokenize, TokenizeChat, TokenizeText
 from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest
 
@@ -18,6 +19,7 @@ from orchestrator.api.wire import ChatCompletionRequest, CompletionRequest
 _OPERATIONS: tuple[tuple[str, str, tuple[type[BaseModel], ...]], ...] = (
     ("/v1/chat/completions", "Create a chat completion", (ChatCompletionRequest,)),
     ("/v1/completions", "Create a text completion", (CompletionRequest,)),
+    ("/v1/responses", "Create a response (OpenAI's Responses API)", (ResponsesRequest,)),
     ("/tokenize", "Token ids of a prompt or a conversation", (TokenizeText, TokenizeChat)),
     ("/detokenize", "Text of token ids", (Detokenize,)),
 )

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from orchestrator.api.responses_api.items import FunctionCallItem, FunctionCallOutputItem, MessageItem, ReasoningItem
+from orchestrator.api.responses_api.items import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    MessageItem,
+    ReasoningItem,
+)
 
 
 def chat_messages(instructions: str | None, items: list[BaseModel]) -> list[dict]:

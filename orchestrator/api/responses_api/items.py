@@ -14,6 +14,15 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def text_or(parts: Any) -> Any:
+    """A field that is a string or a list of `parts`; a list that is wrong is reported inside it (not as "should
+    be a valid string")."""
+    return Annotated[
+        Annotated[str, Tag("<text>")] | Annotated[parts, Tag("<list>")],
+        Discriminator(lambda value: "<text>" if isinstance(value, str) else "<list>"),
+    ]
+
+
 # -- input items ------------------------------------------------------------------------------------------------
 class InputText(_Wire):
     type: Literal["input_text", "output_text"]
@@ -25,7 +34,7 @@ class InputText(_Wire):
 class MessageItem(_Wire):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[InputText]
+    content: text_or(list[InputText])
     id: str | None = None
     status: ItemStatus | None = None
     phase: Literal["commentary", "final_answer"] | None = None
@@ -52,7 +61,7 @@ class OutputText(_Wire):
 class FunctionCallOutputItem(_Wire):
     type: Literal["function_call_output"]
     call_id: str
-    output: str | list[OutputText]
+    output: text_or(list[OutputText])
     id: str | None = None
     status: ItemStatus | None = None
 
@@ -85,17 +94,18 @@ class ReasoningItem(_Wire):
 
 
 def item_kind(value: Any) -> str | None:
+    """An item's or a tool's `type` (an item without one is a message)."""
     if isinstance(value, dict):
         return value.get("type", "message")
     return getattr(value, "type", None)
 
 
 InputItem = Annotated[
-    Annotated[MessageItem, Tag("message")]
-    | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
-    | Annotated[ReasoningItem, Tag("reasoning")],
-    Discriminator(item_kind, custom_error_type="input_item_type",
+    Annotated[MessageItem, Tag("<message>")]
+    | Annotated[FunctionCallItem, Tag("<function_call>")]
+    | Annotated[FunctionCallOutputItem, Tag("<function_call_output>")]
+    | Annotated[ReasoningItem, Tag("<reasoning>")],
+    Discriminator(lambda value: f"<{item_kind(value)}>", custom_error_type="input_item_type",
                   custom_error_message="input items are messages, function_call, function_call_output or "
                                        "reasoning items (this server takes text only)"),
 ]

@@ -84,14 +84,14 @@ class ResponsesPresenter:
             events += self._open_item(OutputItem("message")) + self._close(status)  # an empty answer
         body = self._finished(request, self._items, status)
         name = "response.incomplete" if status == "incomplete" else "response.completed"
-        return events + [self._event(name, response=body)]
+        return [*events, self._event(name, response=body)]
 
     def failure(self, request: InferenceRequest, error: InfernoError, request_id: str) -> list[Event]:
         events = self._close("incomplete")
         output = [item.render("incomplete") for item in self._items]
         message = f"{error.message} (request {request_id})"
         self.final = self._body(request, "failed", output, None, {"code": "server_error", "message": message})
-        return events + [self._event("response.failed", response=self.final)]
+        return [*events, self._event("response.failed", response=self.final)]
 
     # -- items --------------------------------------------------------------------------------------------------
     def _grow(self, kind: str, text: str, logprobs: list | None = None) -> list[Event]:
@@ -104,12 +104,12 @@ class ResponsesPresenter:
         item.text += text
         where = {"item_id": item.id, "output_index": self._items.index(item), "content_index": 0}
         if kind == "reasoning":
-            return events + [self._event("response.reasoning_text.delta", **where, delta=text)]
+            return [*events, self._event("response.reasoning_text.delta", **where, delta=text)]
         entries = []
         if item.logprobs is not None and logprobs:
             item.logprobs.extend(logprobs)
             entries = OutputItem("message", logprobs=logprobs).part()["logprobs"]
-        return events + [self._event("response.output_text.delta", **where, delta=text, logprobs=entries)]
+        return [*events, self._event("response.output_text.delta", **where, delta=text, logprobs=entries)]
 
     def _call_entry(self, entry: dict) -> list[Event]:
         """One streamed tool-call entry: the first of a call opens its item, the rest add to its arguments."""
@@ -155,7 +155,7 @@ class ResponsesPresenter:
             events = [self._event(done[0], **where, content_index=0, **done[1]),
                       self._event("response.content_part.done", **where, content_index=0, part=part)]
         item_status = status if item.kind == "message" else "completed"
-        return events + [self._event("response.output_item.done", output_index=index, item=item.render(item_status))]
+        return [*events, self._event("response.output_item.done", output_index=index, item=item.render(item_status))]
 
     def _event(self, kind: str, /, **data) -> Event:
         event = (kind, {"type": kind, **data, "sequence_number": self._sequence})

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from orchestrator.api.engine_requests import Generation, SamplingFields, chat_prompt
 from orchestrator.api.output_plan import OutputPlan, check_output
 from orchestrator.api.responses_api.conversation import chat_messages
-from orchestrator.api.responses_api.items import InputItem, MessageItem, item_kind
+from orchestrator.api.responses_api.items import InputItem, MessageItem, item_kind, text_or
 from orchestrator.backends import features_of
 from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import FIELD_BOUNDS
@@ -74,11 +74,11 @@ class OtherTool(BaseModel):
 
 def _tool_kind(value: Any) -> str:
     kind = item_kind(value)
-    return kind if kind in ("function", "namespace") else "other"
+    return f"<{kind if kind in ('function', 'namespace') else 'other'}>"
 
 
 NamespacedTool = Annotated[
-    Annotated[FunctionTool, Tag("function")] | Annotated[OtherTool, Tag("other")],
+    Annotated[FunctionTool, Tag("<function>")] | Annotated[OtherTool, Tag("<other>")],
     Discriminator(_tool_kind),
 ]
 
@@ -94,8 +94,8 @@ class NamespaceTool(_Wire):
 
 
 Tool = Annotated[
-    Annotated[FunctionTool, Tag("function")] | Annotated[NamespaceTool, Tag("namespace")]
-    | Annotated[OtherTool, Tag("other")],
+    Annotated[FunctionTool, Tag("<function>")] | Annotated[NamespaceTool, Tag("<namespace>")]
+    | Annotated[OtherTool, Tag("<other>")],
     Discriminator(_tool_kind),
 ]
 
@@ -147,7 +147,7 @@ class ResponsesRequest(_Wire):
     PROMPT_PARAM: ClassVar[str] = "input"
 
     model: str
-    input: str | list[InputItem]
+    input: text_or(list[InputItem])
     instructions: str | None = None
     tools: Annotated[list[Tool], Field(max_length=128)] | None = None
     tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
