@@ -129,6 +129,25 @@ def test_a_stream_gives_the_same_response_as_a_whole_one(client):
     assert_status_agrees_with_usage(whole, NATURAL_MAX)
 
 
+def test_included_logprobs_are_those_chat_gives_for_the_same_conversation(client, features):
+    include = ["message.output_text.logprobs"]
+    if not features.logprobs:
+        assert refusal(client, input="Say hi", include=include)["param"] == "include"
+        return
+    top = 2 if features.top_logprobs else 0
+    fields = {"input": "Say hi", "include": include, "top_logprobs": top, "temperature": 0, "max_output_tokens": 6}
+    part = client.responses.create(model=DEFAULT_MODEL, **fields).output[0].content[0]
+    chat = client.chat.completions.create(model=DEFAULT_MODEL, messages=[{"role": "user", "content": "Say hi"}],
+                                          logprobs=True, top_logprobs=top, temperature=0, max_tokens=6)
+    reference = chat.choices[0].logprobs.content
+    assert [(p.token, len(p.top_logprobs)) for p in part.logprobs] == [(c.token, top) for c in reference]
+    assert all(p.logprob <= 0 and [a.logprob for a in p.top_logprobs] == sorted(
+        (a.logprob for a in p.top_logprobs), reverse=True) for p in part.logprobs)  # values vary with batching
+    events = streamed(client, **fields)
+    tokens = [entry.token for e in events if e.type == "response.output_text.delta" for entry in e.logprobs]
+    assert tokens == [p.token for p in part.logprobs]
+
+
 # -- tools and structured output (backends with output constraints) ------------------------------------------------
 @pytest.fixture
 def guided(features) -> None:

@@ -70,7 +70,7 @@ class ResponsesPresenter:
         events: list[Event] = []
         if delta.reasoning:
             events += self._grow("reasoning", delta.reasoning)
-        if delta.text:
+        if delta.text or delta.logprobs:  # a token may have no text of its own yet
             events += self._grow("message", delta.text, delta.logprobs)
         for entry in delta.tool_calls or ():
             events += self._call_entry(entry)
