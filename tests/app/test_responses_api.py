@@ -12,6 +12,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from orchestrator.access.keys import hash_key
+from orchestrator.api.responses_api import routes
 from orchestrator.engine.request import FinishReason
 from orchestrator.errors import EngineError
 from orchestrator.ipc.messages import TextDelta
@@ -143,3 +144,51 @@ def test_keys_usage_and_the_audit_log_apply_as_on_chat(catalogue, keys_flags, tm
     responses = [line for line in lines if line["path"] == "/v1/responses"]
     assert [(line["key"], line["status"]) for line in responses] == [("outsider", 404), ("insider", 200)]
     assert responses[1]["model"] == model and responses[1]["completion_tokens"] == 3
+
+
+def test_a_call_of_a_namespaced_function_is_a_function_call_item_naming_its_namespace(catalogue):
+    tools = [{"type": "namespace", "name": "agents", "description": "Agents",
+              "tools": [{"type": "function", "name": "spawn", "parameters": {"type": "object", "properties": {}}}]}]
+
+    async def go(stream: bool):
+        async with running_app(catalogue) as app:
+            asking = asyncio.create_task(app.client.post("/v1/responses", json={
+                "model": app.model, "input": "Spawn one.", "tools": tools, "stream": stream}))
+            worker, request = await app.workers.next_submit()
+            sink = worker.sinks[request.id]
+            opening = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "spawn", "arguments": ""}}
+            sink(TextDelta(request.id, "", 2, tool_calls=[opening]).to_wire())
+            sink(TextDelta(request.id, "", 2, FinishReason.TOOL_CALLS,
+                           tool_calls=[{"index": 0, "function": {"arguments": "{}"}}]).to_wire())
+            reply = await asking
+            return await reply.read()
+
+    whole = Response.model_validate_json(asyncio.run(go(stream=False)))
+    [call] = whole.output
+    assert (call.type, call.name, call.namespace, call.call_id, call.arguments) == (
+        "function_call", "spawn", "agents", "call_1", "{}")
+    events = events_of(asyncio.run(go(stream=True)))
+    assert [e.type for e in events[2:]] == [
+        "response.output_item.added", "response.function_call_arguments.delta",
+        "response.function_call_arguments.done", "response.output_item.done", "response.completed"]
+    assert events[-1].response.output[0].namespace == "agents" and events[-3].arguments == "{}"
+
+
+def test_a_finished_response_and_its_input_items_go_to_the_store_unless_store_is_false(catalogue, monkeypatch):
+    kept = []
+    monkeypatch.setattr(routes, "_remember", lambda response, items: kept.append((response, items)))
+
+    async def go():
+        async with running_app(catalogue) as app:
+            for store in (None, False):
+                asking = asyncio.create_task(app.client.post("/v1/responses", json={
+                    "model": app.model, "instructions": "Be brief.", "store": store,
+                    "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}]}))
+                worker, request = await app.workers.next_submit()
+                worker.emit(request.id, "Hello", tokens=1, finish=FinishReason.STOP)
+                await (await asking).read()
+
+    asyncio.run(go())
+    [(response, items)] = kept
+    assert response["status"] == "completed" and response["store"] is True and response["instructions"] == "Be brief."
+    assert items == [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}]
