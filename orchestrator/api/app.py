@@ -191,10 +191,12 @@ async def _scheduler_lifetime(app: web.Application):
 
 async def _store_lifetime(app: web.Application):
     """Open the response store before the scheduler starts; close it after the scheduler has drained and
-    stopped, so the responses that finish during the drain are kept."""
+    stopped, so the responses that finish during the drain are kept (a background response still running then is
+    cancelled, and kept as cancelled, first)."""
     state = app[STATE]
     state.store = await open_store(state.config)
     yield
+    await state.background.close()
     if state.store is not None:
         await state.store.close()
 

@@ -1,7 +1,8 @@
 """The first and last word on every request: its record (record.py) is made before anything else runs, and once
 the response is done, whatever happened, its final status is worked out here, once, and handed to what observes
 it: the HTTP durations (metrics/http_metrics.py) and the accounting (accounting.py: the key's limiter, usage per
-key, the audit log)."""
+key, the audit log). A request whose work goes on after its answer (a background response) is settled when that
+work ends."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ def outcome_middleware(durations: HttpDurations, accounting: Accounting | None =
         finally:
             record.status = status
             durations.observe(http, status, time.monotonic() - record.arrived)
-            if accounting is not None:
+            if accounting is not None and record.detached is not None:  # settled when its work ends
+                record.detached.add_done_callback(lambda _: accounting.settle(http, record))
+            elif accounting is not None:
                 accounting.settle(http, record)
 
     return outcome

@@ -4,6 +4,7 @@ and what the limiter took. The outcome middleware (outcome.py) makes it first an
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ class RequestRecord:
     prompt_text: object = None  # the prompt (messages or text), kept only for an audit log with text
     completions: dict[str, list[str]] | None = None  # engine request id -> text, likewise
     status: int | None = None  # the final HTTP status, set once by the outcome middleware
+    detached: asyncio.Task | None = None  # work that goes on after the answer (a background response): settled after it
 
 
 RECORD = web.RequestKey("inferno_record", RequestRecord)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -12,6 +12,7 @@ from orchestrator.access.audit import AuditLog
 from orchestrator.access.keys import KeyRing
 from orchestrator.access.limits import KeyLimiters
 from orchestrator.access.usage import UsageMeter
+from orchestrator.api.responses_api.registry import BackgroundResponses
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import Catalogue
 from orchestrator.metrics.engine_collector import EngineCollector
@@ -36,6 +37,7 @@ class AppState:
     audit: AuditLog
     initial_loads: asyncio.Task | None = None  # the scheduler's start, begun with the app
     store: ResponseStore | None = None  # kept responses (opened with the app; None when off or unavailable)
+    background: BackgroundResponses = field(default_factory=BackgroundResponses)  # responses generating on their own
 
 
 STATE = web.AppKey("inferno_state", AppState)

@@ -12,7 +12,6 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from orchestrator.access.keys import hash_key
-from orchestrator.api.responses_api import routes
 from orchestrator.engine.request import FinishReason
 from orchestrator.errors import EngineError
 from orchestrator.ipc.messages import TextDelta
@@ -172,23 +171,3 @@ def test_a_call_of_a_namespaced_function_is_a_function_call_item_naming_its_name
         "response.output_item.added", "response.function_call_arguments.delta",
         "response.function_call_arguments.done", "response.output_item.done", "response.completed"]
     assert events[-1].response.output[0].namespace == "agents" and events[-3].arguments == "{}"
-
-
-def test_a_finished_response_and_its_input_items_go_to_the_store_unless_store_is_false(catalogue, monkeypatch):
-    kept = []
-    monkeypatch.setattr(routes, "_remember", lambda response, items: kept.append((response, items)))
-
-    async def go():
-        async with running_app(catalogue) as app:
-            for store in (None, False):
-                asking = asyncio.create_task(app.client.post("/v1/responses", json={
-                    "model": app.model, "instructions": "Be brief.", "store": store,
-                    "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}]}))
-                worker, request = await app.workers.next_submit()
-                worker.emit(request.id, "Hello", tokens=1, finish=FinishReason.STOP)
-                await (await asking).read()
-
-    asyncio.run(go())
-    [(response, items)] = kept
-    assert response["status"] == "completed" and response["store"] is True and response["instructions"] == "Be brief."
-    assert items == [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}]

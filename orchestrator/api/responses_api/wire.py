@@ -2,7 +2,7 @@
 
 Every field OpenAI's Responses API defines for a stateless request is either honoured or accepted with a documented
 reason it has no effect here (docs/api.md, "Responses API"); the fields that need the response store
-(`previous_response_id`, `background`) are refused, naming the field. Input items become a chat conversation
+(`store`, `previous_response_id`, `background`) are served by routes.py and stored.py. Input items become a chat conversation
 (conversation.py) rendered by the model's chat template, exactly as chat completions renders its messages.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
 from orchestrator.api.engine_requests import Generation, SamplingFields, chat_prompt
 from orchestrator.api.output_plan import OutputPlan, check_output
@@ -33,6 +33,7 @@ from orchestrator.structured.tools import (
 )
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
+_ITEMS = TypeAdapter(list[InputItem])
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 # What OpenAI lets `include` ask for. Only the logprobs are produced here; the others name items this server never
 # makes (hosted tools' results, input images) or content it does not encrypt, so there is nothing to add.
@@ -178,7 +179,7 @@ class ResponsesRequest(_Wire):
     def generation(self, engine: Engine) -> Generation:
         """This request in the server's own terms, its conversation rendered by the model's template; raises
         InvalidRequest / UnsupportedParameter (400) naming the field."""
-        self._check_stateless()
+        self._check_fields()
         fields = self.sampling_fields()
         if fields.logprobs and not features_of(engine.manifest).logprobs:
             raise UnsupportedParameter(
@@ -205,16 +206,15 @@ class ResponsesRequest(_Wire):
             return [MessageItem(role="user", content=self.input)]
         return list(self.input)
 
+    def continuing(self, history: list[dict]) -> ResponsesRequest:
+        """This request after the conversation it continues (the kept items of `previous_response_id`)."""
+        return self.model_copy(update={"input": _ITEMS.validate_python(history) + self.input_items()})
+
     @property
     def wants_logprobs(self) -> bool:
         return LOGPROBS_INCLUDE in (self.include or ())
 
-    def _check_stateless(self) -> None:
-        for name in ("previous_response_id", "background"):
-            if getattr(self, name):
-                raise UnsupportedParameter(
-                    f"{name} needs the response store, which this server does not have yet; send the whole "
-                    "conversation as input instead", param=name)
+    def _check_fields(self) -> None:
         if self.stream_options is not None and not self.stream:
             raise InvalidRequest("stream_options is only allowed when stream is true", param="stream_options")
         if not self.input:
