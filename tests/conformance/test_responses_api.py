@@ -243,8 +243,10 @@ def test_an_input_longer_than_the_context_is_context_length_exceeded_naming_inpu
     assert (body["code"], body["param"]) == ("context_length_exceeded", "input")
 
 
-def test_what_needs_the_response_store_or_a_hosted_tool_is_refused_by_field(client):
-    assert refusal(client, input="hi", previous_response_id="resp_1")["param"] == "previous_response_id"
-    assert refusal(client, input="hi", background=True)["param"] == "background"
+def test_an_unknown_previous_response_or_a_hosted_tool_is_refused_by_field(client):
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.responses.create(model=DEFAULT_MODEL, input="hi", previous_response_id="resp_1")
+    assert caught.value.body["param"] == "previous_response_id"
+    assert refusal(client, input="hi", background=True, stream=True)["param"] == "stream"
     body = refusal(client, input="hi", tools=[{"type": "file_search", "vector_store_ids": ["vs_1"]}])
     assert body["param"] == "tools[0].type" and "file_search" in body["message"]

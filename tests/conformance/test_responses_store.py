@@ -5,6 +5,8 @@ restart of the server."""
 
 from __future__ import annotations
 
+import itertools
+
 import openai
 import pytest
 
@@ -29,9 +31,9 @@ def test_each_turn_of_a_continued_conversation_reuses_the_earlier_turns_from_the
     responses = converse(client, TURNS)
     inputs = [r.usage.input_tokens for r in responses]
     cached = [r.usage.input_tokens_details.cached_tokens for r in responses]
-    for before, after in zip(responses, responses[1:]):  # each turn's prompt holds the one before and its answer
+    for before, after in itertools.pairwise(responses):  # each turn's prompt holds the one before and its answer
         assert after.usage.input_tokens > before.usage.input_tokens + before.usage.output_tokens - 2, inputs
-    assert all(c < n for c, n in zip(cached, inputs)), (inputs, cached)
+    assert all(c < n for c, n in zip(cached, inputs, strict=True)), (inputs, cached)
     # found in whole cache blocks (llama.cpp: a token each; the hf backend: 64), so it grows as turns fill them
     assert cached == sorted(cached) and cached[-1] > 0, (inputs, cached)
 

@@ -22,7 +22,7 @@ def request(**fields) -> ResponsesRequest:
 def refused(**fields) -> InvalidRequest:
     with pytest.raises(InvalidRequest) as caught:
         wire = request(**fields)
-        wire._check_stateless()
+        wire._check_fields()
         wire.sampling_fields()
         wire.function_tools()
     return caught.value
@@ -96,8 +96,6 @@ def test_function_tools_flat_and_in_namespaces_become_chat_tools_and_codex_hoste
 @pytest.mark.parametrize(("fields", "param"), [
     ({"tools": [{"type": "file_search", "vector_store_ids": []}]}, "tools[0].type"),
     ({"tools": [WEATHER, {"type": "namespace", "name": "n", "tools": [{"type": "mcp"}]}]}, "tools[1].tools[0].type"),
-    ({"previous_response_id": "resp_1"}, "previous_response_id"),
-    ({"background": True}, "background"),
     ({"top_logprobs": 2}, "top_logprobs"),
     ({"stream_options": {"include_obfuscation": False}}, "stream_options"),
     ({"input": []}, "input"),
@@ -105,7 +103,7 @@ def test_function_tools_flat_and_in_namespaces_become_chat_tools_and_codex_hoste
 def test_what_is_refused_names_its_field(fields, param):
     error = refused(**{"input": "hi", **fields})
     assert error.param == param
-    assert isinstance(error, UnsupportedParameter) == param.endswith((".type", "previous_response_id", "background"))
+    assert isinstance(error, UnsupportedParameter) == param.endswith(".type")
 
 
 @pytest.mark.parametrize(("fields", "param"), [
@@ -126,5 +124,5 @@ def test_every_field_codex_sends_is_accepted():
                    tools=[WEATHER], tool_choice="auto", parallel_tool_calls=True, reasoning={"summary": "auto"},
                    store=False, stream=True, include=["reasoning.encrypted_content"], prompt_cache_key="k",
                    client_metadata={"a": "b"})
-    wire._check_stateless()
+    wire._check_fields()
     assert wire.sampling_fields().logprobs is False and wire.function_tools()
