@@ -90,54 +90,54 @@ class Scheduler:
         self._config = config
         self._catalogue = catalogue
         self._clock = clock
-        self.slots: dict[str, ModelSlot] = build_slots(config, catalogue, clock())
+        self._slots: dict[str, ModelSlot] = build_slots(config, catalogue, clock())
         memory = config.memory
-        self.ledger = MemoryLedger(
+        self._ledger = MemoryLedger(
             probe or simulated_device(catalogue.engines) or detect_probe(config.worker.device, memory.gpu_index),
             memory.capacity_bytes,
             memory.reserve_bytes,
         )
-        self.workers = workers
-        self.placement = ModelPlacement(self.slots, config, self.ledger, workers, events or NoEvents(), clock)
-        self.admission = AdmissionControl(
-            self.slots,
+        self._workers = workers
+        self._placement = ModelPlacement(self._slots, config, self._ledger, workers, events or NoEvents(), clock)
+        self._admission = AdmissionControl(
+            self._slots,
             config.scheduling,
-            on_model_idle=self.placement.model_idle,
+            on_model_idle=self._placement.model_idle,
             on_busy=workers.server_busy,
             on_quiet=workers.server_quiet,
         )
-        self.admin = AdminOperations(self.slot_for, self.admission, self.placement, self.ledger, clock)
+        self._admin = AdminOperations(self._slot_for, self._admission, self._placement, self._ledger, clock)
         self._started = False
         self._live: dict[str, tuple[InferenceRequest, WorkerHandle]] = {}  # holding a running slot, for the drain
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     async def start(self) -> None:
         """Load pinned models, then (preload=fit) every other model that fits without evicting."""
-        await self.placement.preload(fit_others=self._config.scheduling.preload == "fit")
+        await self._placement.preload(fit_others=self._config.scheduling.preload == "fit")
         self._started = True
-        self.workers.refill()
+        self._workers.refill()
 
     @property
     def ready(self) -> bool:
         """Serving: started, every pinned model loaded, no model that was loaded at start has failed."""
-        if not self._started or self.admission.draining or not self.slots:
+        if not self._started or self._admission.draining or not self._slots:
             return False
-        return all(s.state is ModelState.READY for s in self.slots.values() if s.pinned) and not any(
-            s.state is ModelState.FAILED and s.loads == 0 and s.load_failures for s in self.slots.values()
+        return all(s.state is ModelState.READY for s in self._slots.values() if s.pinned) and not any(
+            s.state is ModelState.FAILED and s.loads == 0 and s.load_failures for s in self._slots.values()
         )
 
     def begin_drain(self) -> None:
         """From now on, new requests get 503 and queued ones are turned away; running ones go on."""
-        self.admission.drain()
-        self.placement.stop_reloading()
-        self.workers.stop_refilling()
+        self._admission.drain()
+        self._placement.stop_reloading()
+        self._workers.stop_refilling()
 
     async def drain(self, timeout_s: float) -> None:
         """Refuse new requests and let running ones finish for up to `timeout_s`; then end what is still running
         with a ShuttingDown error (a stream gets its error event and [DONE]) and give its handler a moment to
         send it. The workers keep running: `stop` stops them."""
         self.begin_drain()
-        if await self.admission.wait_quiet(timeout_s):
+        if await self._admission.wait_quiet(timeout_s):
             return
         log.warning("drain deadline (%.0f s) reached: ending %d running request(s)", timeout_s, len(self._live))
         error = ShuttingDown("the server is shutting down: the drain deadline ended this request",
@@ -146,59 +146,59 @@ class Scheduler:
             for engine_id in request.unfinished_engine_ids():
                 worker.cancel(engine_id)  # no more output reaches the request
                 request.deliver(TextDelta.failure(engine_id, error).to_wire())
-        await self.admission.wait_quiet(FAREWELL_S)
+        await self._admission.wait_quiet(FAREWELL_S)
 
     async def stop(self, drain_timeout_s: float) -> None:
         """Drain (up to drain_timeout_s), then stop every worker."""
         await self.drain(drain_timeout_s)
-        await self.placement.unload_all("shutdown")
-        await self.workers.close()
+        await self._placement.unload_all("shutdown")
+        await self._workers.close()
 
     # -- what the outside sees ----------------------------------------------------------------------------
     def snapshot(self) -> list[ModelSnapshot]:
         now = self._clock()
-        return [slot.snapshot(self.ledger.footprint(slot.name), now) for slot in self.slots.values()]
+        return [slot.snapshot(self._ledger.footprint(slot.name), now) for slot in self._slots.values()]
 
     def device_memory(self) -> list[DeviceMemory]:
-        reading = self.ledger.probe.read()
-        return [DeviceMemory(self.ledger.probe.name, self.ledger.capacity, reading.used_bytes, self.ledger.reserve)]
+        reading = self._ledger.probe.read()
+        return [DeviceMemory(self._ledger.probe.name, self._ledger.capacity, reading.used_bytes, self._ledger.reserve)]
 
     async def engine_stats(self, timeout_s: float) -> dict[str, BackendStats]:
         """Each loaded model's engine stats; a worker that does not answer within timeout_s is left out."""
-        loaded = {n: s.worker for n, s in self.slots.items() if s.state is ModelState.READY and s.worker}
+        loaded = {n: s.worker for n, s in self._slots.items() if s.state is ModelState.READY and s.worker}
         answers = await asyncio.gather(*(worker.stats(timeout_s) for worker in loaded.values()))
         return {name: stats for name, stats in zip(loaded, answers, strict=True) if stats is not None}
 
     def model_names(self) -> list[str]:
         """Every model this server serves (loaded or not), in catalogue order."""
-        return list(self.slots)
+        return list(self._slots)
 
     def model(self, model: str) -> ModelView:
         """What the HTTP side may know of a model before admission: its engine and its settings (read-only).
         Raises ModelNotFound, or ModelUnavailable for an engine folder that was refused."""
-        slot = self.slot_for(model)
+        slot = self._slot_for(model)
         return ModelView(slot.name, slot.engine, slot.settings)
 
     def memory(self) -> LedgerState:
         """The memory ledger's device and numbers now, for the admin API."""
-        ledger = self.ledger
+        ledger = self._ledger
         return LedgerState(ledger.probe.name, ledger.capacity, ledger.reserve, ledger.used, ledger.free())
 
     @property
     def spare_worker(self) -> str:
         """The spare worker's state (none, starting, ready), for the admin API."""
-        return self.workers.spare_state
+        return self._workers.spare_state
 
-    def slot_for(self, model: str) -> ModelSlot:
+    def _slot_for(self, model: str) -> ModelSlot:
         """The model's slot; raises ModelNotFound, or ModelUnavailable for an engine folder that was refused."""
-        slot = self.slots.get(model)
+        slot = self._slots.get(model)
         if slot is not None:
             return slot
         refused = self._catalogue.refused.get(model)
         if refused is not None:
             raise ModelUnavailable(f"model '{model}' cannot be served: {refused}", param="model")
         raise ModelNotFound(
-            f"the model '{model}' does not exist; models served here: {', '.join(sorted(self.slots)) or 'none'}",
+            f"the model '{model}' does not exist; models served here: {', '.join(sorted(self._slots)) or 'none'}",
             param="model",
         )
 
@@ -211,19 +211,19 @@ class Scheduler:
         Retry-After). Leaving cancels the request's unfinished engine requests; a request that finished well
         resets the model's failure count (so a later failure is retried at once). A request whose worker
         crashed under it leaves with Retry-After: when the model can be tried again."""
-        slot = self.slot_for(request.model)
-        self.placement.check_backoff(slot)
+        slot = self._slot_for(request.model)
+        self._placement.check_backoff(slot)
         deadline = self._clock() + self._config.scheduling.queue_timeout_s
-        await self.admission.acquire(slot, slot.settings.priority_class if priority is None else priority)
+        await self._admission.acquire(slot, slot.settings.priority_class if priority is None else priority)
         worker = None
         try:
-            worker = await self.placement.ensure_loaded(slot, within_s=max(0.0, deadline - self._clock()))
+            worker = await self._placement.ensure_loaded(slot, within_s=max(0.0, deadline - self._clock()))
             request.start()
             self._live[request.id] = (request, worker)
             yield worker
         except (WorkerCrashed, EngineDead) as exc:
             if exc.retry_after_s is None:
-                exc.retry_after_s = self.placement.retry_after_s(slot)
+                exc.retry_after_s = self._placement.retry_after_s(slot)
             raise
         finally:
             self._live.pop(request.id, None)
@@ -233,14 +233,14 @@ class Scheduler:
             if request.status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH):
                 slot.consecutive_failures = 0
             slot.last_used = self._clock()
-            self.admission.release(slot)
+            self._admission.release(slot)
 
     # -- by hand (the admin API) --------------------------------------------------------------------------
     async def load(self, model: str) -> ModelSnapshot:
-        return await self.admin.load(model)
+        return await self._admin.load(model)
 
     async def unload(self, model: str) -> ModelSnapshot:
-        return await self.admin.unload(model)
+        return await self._admin.unload(model)
 
     async def pin(self, model: str, pinned: bool) -> ModelSnapshot:
-        return await self.admin.pin(model, pinned)
+        return await self._admin.pin(model, pinned)

@@ -16,7 +16,7 @@ from orchestrator.api.app import build_app, runner_options
 from orchestrator.api.state import STATE, AppState
 from orchestrator.config import load_config
 from orchestrator.engine.catalogue import Catalogue, discover
-from orchestrator.scheduler.scheduler import Scheduler
+from orchestrator.scheduler import ModelSnapshot, Scheduler
 from tests.fakes.workers import FakeWorkers
 
 
@@ -27,6 +27,11 @@ class RunningApp:
     scheduler: Scheduler
     model: str
     state: AppState
+
+    def snapshot(self) -> ModelSnapshot:
+        """The model's snapshot now, as the scheduler shows it to metrics and the admin API."""
+        [snapshot] = (s for s in self.scheduler.snapshot() if s.name == self.model)
+        return snapshot
 
 
 def one_model(default_engine: Path) -> Catalogue:

@@ -23,7 +23,7 @@ def test_an_unexpected_exception_is_a_json_500_without_internals(catalogue, capl
             response = await app.client.post("/v1/chat/completions", json={"model": app.model, "messages": HI})
             answer = response.status, response.headers, await response.text()
             [cancelled] = app.workers.started[0].cancelled
-            return answer, cancelled, app.scheduler.slots[app.model].running
+            return answer, cancelled, app.snapshot().running
 
     with caplog.at_level(logging.ERROR, logger="orchestrator.api.error_handling"):
         (status, headers, text), cancelled, running = asyncio.run(go())
@@ -112,7 +112,7 @@ def test_a_client_gone_mid_request_closes_the_connection_without_an_error_log(ca
             body = {"model": app.model, "messages": HI, "stream": True}
             with pytest.raises(aiohttp.ServerDisconnectedError):
                 await app.client.post("/v1/chat/completions", json=body)
-            await until(lambda: app.scheduler.slots[app.model].running == 0, "the slot to be given back")
+            await until(lambda: app.snapshot().running == 0, "the request to be let go")
             health = await app.client.get("/health")
             return health.status
 

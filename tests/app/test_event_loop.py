@@ -98,7 +98,7 @@ def test_a_streaming_client_that_stops_reading_is_cut_off_and_its_slot_freed(cat
                 worker.emit(request.id, chunk, tokens=1)
                 await asyncio.sleep(0.01)  # paces the engine's output; the test waits on events, not on time
             cancelled = await asyncio.wait_for(app.workers.cancels.get(), WAIT_S)
-            await until(lambda: app.scheduler.slots[app.model].running == 0, "the slot to be given back")
+            await until(lambda: app.snapshot().running == 0, "the request to be let go")
             writer.close()
             return cancelled, request.id
 

@@ -31,7 +31,7 @@ def test_a_client_that_goes_away_cancels_its_request_in_the_worker(catalogue, st
             else:
                 responding.cancel()  # give up waiting for the whole response
             cancelled = await asyncio.wait_for(app.workers.cancels.get(), 30)
-            await until(lambda: app.scheduler.slots[app.model].running == 0, "the slot to be given back")
+            await until(lambda: app.snapshot().running == 0, "the request to be let go")
             return first.id, cancelled, worker.cancelled
 
     first, cancelled, all_cancelled = asyncio.run(go())
@@ -65,7 +65,7 @@ def test_shutdown_drains_queued_requests_away_and_lets_running_ones_finish(catal
             worker.emit(request.id, "Still", tokens=1)
             stream = await running
             queued = asyncio.create_task(app.client.post("/v1/chat/completions", json=body))
-            await until(lambda: app.scheduler.slots[app.model].queued == 1, "the second request to queue")
+            await until(lambda: app.snapshot().queued == 1, "the second request to queue")
 
             shutting_down = asyncio.create_task(app.client.server.close())  # what SIGTERM starts
             turned_away = await queued

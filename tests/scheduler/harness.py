@@ -1,4 +1,4 @@
-"""A scheduler over made-up models on a made-up device, with in-loop workers, on virtual time.
+"""A scheduler (or its admission alone) over made-up models on a made-up device, with in-loop workers, on virtual time.
 
     scheduler, workers = make_scheduler(tmp_path, {"alpha": 1, "beta": 1}, device_gib=2)
 
@@ -24,7 +24,9 @@ from orchestrator.engine.manifest import (
 )
 from orchestrator.engine.request import EngineRequest
 from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
-from orchestrator.scheduler.scheduler import Scheduler
+from orchestrator.scheduler import ModelSnapshot, Scheduler
+from orchestrator.scheduler.admission import AdmissionControl
+from orchestrator.scheduler.slots import ModelSlot, build_slots
 from tests.fakes.workers import FakeDevice, FakeWorkers
 
 GIB = 2**30
@@ -68,6 +70,28 @@ class RecordedEvents:
         self.log.append(("crashed", model))
 
 
+def server_config(tmp_path: Path, device_gib: float, model_settings: str | None, **scheduling) -> ServerConfig:
+    settings_file = None
+    if model_settings is not None:
+        settings_file = tmp_path / "models.toml"
+        settings_file.write_text(model_settings)
+    return ServerConfig(
+        model_settings=settings_file,
+        worker=WorkerConfig(spare=False),
+        scheduling=SchedulingConfig(**{"queue_timeout_s": 10.0, "preload": "pinned", **scheduling}),
+        memory=MemoryConfig(capacity_bytes=int(device_gib * GIB), reserve_bytes=0, overhead_bytes=0),
+    )
+
+
+def make_admission(tmp_path: Path, model_settings: str, **scheduling) -> tuple[AdmissionControl, ModelSlot]:
+    """Admission alone, over one model "alpha" (no workers, no memory): its permits and its queue."""
+    config = server_config(tmp_path, 2, model_settings, **scheduling)
+    slots = build_slots(config, catalogue({"alpha": 1}), asyncio.get_running_loop().time())
+    admission = AdmissionControl(slots, config.scheduling, on_model_idle=lambda _: None, on_busy=lambda: None,
+                                 on_quiet=lambda: None)
+    return admission, slots["alpha"]
+
+
 def make_scheduler(
     tmp_path: Path,
     models: dict[str, float],
@@ -76,16 +100,7 @@ def make_scheduler(
     **scheduling,
 ) -> tuple[Scheduler, FakeWorkers, RecordedEvents]:
     """Call inside the running (virtual time) loop. `model_settings`: the TOML of --model-settings."""
-    settings_file = None
-    if model_settings is not None:
-        settings_file = tmp_path / "models.toml"
-        settings_file.write_text(model_settings)
-    config = ServerConfig(
-        model_settings=settings_file,
-        worker=WorkerConfig(spare=False),
-        scheduling=SchedulingConfig(**{"queue_timeout_s": 10.0, "preload": "pinned", **scheduling}),
-        memory=MemoryConfig(capacity_bytes=int(device_gib * GIB), reserve_bytes=0, overhead_bytes=0),
-    )
+    config = server_config(tmp_path, device_gib, model_settings, **scheduling)
     workers, events = FakeWorkers(), RecordedEvents()
     scheduler = Scheduler(
         config, catalogue(models), workers, events=events, probe=FakeDevice(int(device_gib * GIB)),
@@ -115,6 +130,12 @@ async def serve(scheduler: Scheduler, request: InferenceRequest) -> InferenceReq
         request.finish(RequestStatus.FINISHED_ERROR)
         raise
     return request
+
+
+def model(scheduler: Scheduler, name: str) -> ModelSnapshot:
+    """The model's snapshot now: what the scheduler shows of it (its state, counters, retry time)."""
+    [snapshot] = (s for s in scheduler.snapshot() if s.name == name)
+    return snapshot
 
 
 async def advance(seconds: float) -> None:

@@ -10,7 +10,7 @@ import pytest
 from orchestrator.errors import ModelUnavailable, QueueFull
 from orchestrator.scheduler.settings import Priority
 from tests.fakes.clock import RESOLUTION_S, run_virtual, until
-from tests.scheduler.harness import advance, inference_request, make_scheduler, serve
+from tests.scheduler.harness import advance, inference_request, make_admission, make_scheduler, model, serve
 
 ONE_AT_A_TIME = """
 [models.alpha]
@@ -23,8 +23,8 @@ def test_a_waiter_granted_just_as_it_times_out_runs(tmp_path):
     """The slot frees in the same loop iteration as the waiter's deadline, just before it: granted wins."""
 
     async def go():
-        scheduler, _, _ = make_scheduler(tmp_path, {"alpha": 1}, 2, ONE_AT_A_TIME, queue_timeout_s=TIMEOUT_S)
-        admission, slot, loop = scheduler.admission, scheduler.slots["alpha"], asyncio.get_running_loop()
+        admission, slot = make_admission(tmp_path, ONE_AT_A_TIME, queue_timeout_s=TIMEOUT_S)
+        loop = asyncio.get_running_loop()
         await admission.acquire(slot, Priority.INTERACTIVE)  # the first request holds the only slot
         deadline = loop.time() + TIMEOUT_S
         waiter = asyncio.create_task(admission.acquire(slot, Priority.INTERACTIVE))
@@ -40,8 +40,8 @@ def test_a_waiter_granted_just_as_it_times_out_runs(tmp_path):
 
 def test_a_waiter_that_times_out_just_before_the_grant_passes_the_slot_to_the_next(tmp_path):
     async def go():
-        scheduler, _, _ = make_scheduler(tmp_path, {"alpha": 1}, 2, ONE_AT_A_TIME, queue_timeout_s=TIMEOUT_S)
-        admission, slot, loop = scheduler.admission, scheduler.slots["alpha"], asyncio.get_running_loop()
+        admission, slot = make_admission(tmp_path, ONE_AT_A_TIME, queue_timeout_s=TIMEOUT_S)
+        loop = asyncio.get_running_loop()
         await admission.acquire(slot, Priority.INTERACTIVE)
         deadline = loop.time() + TIMEOUT_S
         first = asyncio.create_task(admission.acquire(slot, Priority.INTERACTIVE))
@@ -64,8 +64,7 @@ def test_a_waiter_cancelled_after_its_grant_passes_the_slot_on(tmp_path):
     """The client goes away in the same iteration as its request is granted a slot, before it could run."""
 
     async def go():
-        scheduler, _, _ = make_scheduler(tmp_path, {"alpha": 1}, 2, ONE_AT_A_TIME)
-        admission, slot = scheduler.admission, scheduler.slots["alpha"]
+        admission, slot = make_admission(tmp_path, ONE_AT_A_TIME)
         await admission.acquire(slot, Priority.INTERACTIVE)
         first = asyncio.create_task(admission.acquire(slot, Priority.INTERACTIVE))
         second = asyncio.create_task(admission.acquire(slot, Priority.INTERACTIVE))
@@ -83,8 +82,7 @@ def test_a_waiter_cancelled_after_its_grant_passes_the_slot_on(tmp_path):
 def test_a_full_queue_is_a_429_with_retry_after(tmp_path):
     async def go():
         settings = ONE_AT_A_TIME + "max_queue = 1\n"
-        scheduler, _, _ = make_scheduler(tmp_path, {"alpha": 1}, 2, settings)
-        admission, slot = scheduler.admission, scheduler.slots["alpha"]
+        admission, slot = make_admission(tmp_path, settings)
         await admission.acquire(slot, Priority.INTERACTIVE)
         waiting = asyncio.create_task(admission.acquire(slot, Priority.INTERACTIVE))
         await until(lambda: slot.queued == 1)
@@ -102,8 +100,8 @@ def test_concurrent_requests_for_an_unloaded_model_share_one_load(tmp_path):
         release_load = workers.hold_loads("alpha")
         requests = [inference_request("alpha") for _ in range(5)]
         tasks = [asyncio.create_task(serve(scheduler, r)) for r in requests]
-        slot = scheduler.slots["alpha"]
-        await until(lambda: slot.running == 5 and workers.started, "every request holding a slot while the model loads")
+        await until(lambda: model(scheduler, "alpha").queued == 5 and workers.started,
+                    "every request holding a permit while the model loads")
         [snapshot] = scheduler.snapshot()
         assert (snapshot.state, snapshot.running, snapshot.queued) == ("loading", 0, 5)
         assert len(workers.started) == 1
@@ -112,7 +110,7 @@ def test_concurrent_requests_for_an_unloaded_model_share_one_load(tmp_path):
             worker, engine_request = await workers.next_submit()
             worker.finish(engine_request.id)
         await asyncio.gather(*tasks)
-        return len(workers.started), slot.loads, events.log
+        return len(workers.started), model(scheduler, "alpha").loads, events.log
 
     started, loads, log = run_virtual(go())
     assert started == loads == 1

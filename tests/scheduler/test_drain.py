@@ -11,7 +11,7 @@ from orchestrator.engine.request import FinishReason
 from orchestrator.errors import ShuttingDown
 from orchestrator.lifecycle import RequestStatus
 from tests.fakes.clock import run_virtual, until
-from tests.scheduler.harness import advance, inference_request, make_scheduler, serve
+from tests.scheduler.harness import advance, inference_request, make_scheduler, model, serve
 
 ONE_AT_A_TIME = "[models.alpha]\nmax_concurrency = 1\n"
 
@@ -22,7 +22,7 @@ def test_drain_turns_queued_requests_away_and_lets_running_ones_finish(tmp_path)
         running = asyncio.create_task(serve(scheduler, inference_request("alpha")))
         worker, engine_request = await workers.next_submit()
         queued = asyncio.create_task(serve(scheduler, inference_request("alpha")))
-        await until(lambda: scheduler.slots["alpha"].queued == 1)
+        await until(lambda: model(scheduler, "alpha").queued == 1)
 
         stopping = asyncio.create_task(scheduler.stop(drain_timeout_s=30))
         with pytest.raises(ShuttingDown, match="shutting down"):

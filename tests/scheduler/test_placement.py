@@ -9,9 +9,8 @@ import asyncio
 import pytest
 
 from orchestrator.errors import ModelUnavailable
-from orchestrator.scheduler.slots import ModelState
 from tests.fakes.clock import run_virtual, until
-from tests.scheduler.harness import advance, inference_request, make_scheduler, serve
+from tests.scheduler.harness import advance, inference_request, make_scheduler, model, serve
 
 
 async def served(scheduler, workers, model: str):
@@ -32,11 +31,11 @@ def test_an_idle_model_is_evicted_least_recently_used_first(tmp_path):
         await served(scheduler, workers, "alpha")  # alpha is now the more recently used
         await advance(1)
         await served(scheduler, workers, "gamma")
-        states = {name: slot.state for name, slot in scheduler.slots.items()}
+        states = {snapshot.name: snapshot.state for snapshot in scheduler.snapshot()}
         return states, events.log, [w.stopped for w in workers.of("beta")]
 
     states, log, beta_stopped = run_virtual(go())
-    assert states == {"alpha": ModelState.READY, "beta": ModelState.UNLOADED, "gamma": ModelState.READY}
+    assert states == {"alpha": "ready", "beta": "unloaded", "gamma": "ready"}
     assert ("unloaded", "beta", "evicted") in log and ("unloaded", "alpha", "evicted") not in log
     assert beta_stopped == [True]
 
@@ -48,7 +47,7 @@ def test_a_load_waits_for_a_busy_model_to_go_idle_then_evicts_it(tmp_path):
         alpha_worker, alpha_request = await workers.next_submit()
         waiting = asyncio.create_task(serve(scheduler, inference_request("beta")))
         await advance(5)  # half the queue timeout: beta still waits for room
-        assert scheduler.slots["beta"].state is ModelState.UNLOADED and not workers.of("beta")
+        assert model(scheduler, "beta").state == "unloaded" and not workers.of("beta")
         [beta_snapshot] = [s for s in scheduler.snapshot() if s.name == "beta"]
         assert beta_snapshot.queued == 1
         alpha_worker.finish(alpha_request.id)  # alpha goes idle: beta's load may evict it now
@@ -73,7 +72,7 @@ def test_a_load_that_cannot_get_room_within_the_queue_timeout_is_refused_with_re
         waited = loop.time() - asked
         alpha_worker.finish(alpha_request.id)
         await busy
-        return refused.value.retry_after_s, waited, scheduler.slots["beta"].running
+        return refused.value.retry_after_s, waited, model(scheduler, "beta").running
 
     retry_after, waited, beta_running = run_virtual(go())
     assert retry_after == 5.0 and waited == pytest.approx(8)
@@ -85,16 +84,16 @@ def test_pinned_models_holding_the_memory_refuse_a_load_at_once(tmp_path):
         pinned = "[models.alpha]\npinned = true\n"
         scheduler, _, _ = make_scheduler(tmp_path, {"alpha": 1, "beta": 1}, 1, pinned)
         await scheduler.start()  # loads the pinned model
-        assert scheduler.slots["alpha"].state is ModelState.READY
+        assert model(scheduler, "alpha").state == "ready"
         loop = asyncio.get_running_loop()
         asked = loop.time()
         with pytest.raises(ModelUnavailable, match=r"pinned models \(alpha\)") as refused:
             await serve(scheduler, inference_request("beta"))
-        return refused.value.retry_after_s, loop.time() - asked, scheduler.slots["alpha"].state
+        return refused.value.retry_after_s, loop.time() - asked, model(scheduler, "alpha").state
 
     retry_after, waited, alpha_state = run_virtual(go())
     assert waited == 0 and retry_after == 5.0
-    assert alpha_state is ModelState.READY
+    assert alpha_state == "ready"
 
 
 def test_a_model_larger_than_the_device_is_refused_outright(tmp_path):
@@ -112,9 +111,9 @@ def test_an_idle_model_is_unloaded_after_its_keep_alive(tmp_path):
         scheduler, workers, events = make_scheduler(tmp_path, {"alpha": 1}, 2, "[models.alpha]\nkeep_alive_s = 30\n")
         await served(scheduler, workers, "alpha")
         await advance(29)
-        assert scheduler.slots["alpha"].state is ModelState.READY
+        assert model(scheduler, "alpha").state == "ready"
         await advance(2)
-        await until(lambda: scheduler.slots["alpha"].state is ModelState.UNLOADED)
+        await until(lambda: model(scheduler, "alpha").state == "unloaded")
         return events.log
 
     assert run_virtual(go()) == [("loaded", "alpha"), ("unloaded", "alpha", "idle")]
@@ -128,7 +127,7 @@ def test_a_request_for_a_model_chosen_for_eviction_waits_for_it_to_load_again(tm
         scheduler, workers, events = make_scheduler(tmp_path, {"alpha": 1, "beta": 1}, 1)
         await served(scheduler, workers, "alpha")
         beta = asyncio.create_task(serve(scheduler, inference_request("beta")))
-        while scheduler.slots["beta"].load_task is None:  # beta's load is decided on its next turn
+        while model(scheduler, "beta").queued == 0:  # beta holds its permit: its load is decided on its next turn
             await asyncio.sleep(0)
         alpha = asyncio.create_task(serve(scheduler, inference_request("alpha")))
         for _ in range(2):
