@@ -59,7 +59,7 @@ class SchedulingConfig(_Section):
         None, ge=1, description="requests running at once per model (default, and at most: its engine's batch size)"
     )
     max_queue: int = Field(256, ge=0, description="requests waiting per model before 429")
-    queue_timeout_s: float = Field(60.0, gt=0, description="longest wait for a running slot or a load before 503")
+    queue_timeout_s: float = Field(60.0, gt=0, description="longest wait for a permit or a load before 503")
     max_running_total: int = Field(
         1024, ge=1, description="requests running at once on the device, shared by weighted fair share"
     )
@@ -105,7 +105,7 @@ class HttpConfig(_Section):
     )
     stall_timeout_s: float = Field(
         30.0, gt=0, description="cancel a stream whose client has read nothing for this long while output waits "
-        "(its engine slot goes to others)",
+        "(its permit goes to others)",
     )
     allowed_origins: tuple[str, ...] = Field(
         (), description="browser origins allowed to call the API (CORS), e.g. https://app.example.com, or *; "

@@ -25,7 +25,7 @@ from orchestrator.structured.guide import Guide
 class RequestStatus(IntEnum):
     """Ordered: everything from FINISHED_STOPPED on is finished."""
 
-    WAITING = 0  # admitted, waiting for a running slot (or for its model to load)
+    WAITING = 0  # admitted, waiting for a permit (or for its model to load)
     RUNNING = 1  # in the engine
     FINISHED_STOPPED = 2
     FINISHED_LENGTH = 3

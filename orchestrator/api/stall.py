@@ -1,12 +1,12 @@
-"""Streams whose client stopped reading: cut off, so that their engine slots go to others.
+"""Streams whose client stopped reading: cut off, so that their permits go to others.
 
 A client that stops reading lets the kernel's socket buffer fill, then the transport's write buffer; the
-handler then waits in its write for as long as the connection stays open, holding its engine slot. The
+handler then waits in its write for as long as the connection stays open, holding its permit. The
 policy: every `http.stall_timeout_s` the watch looks at the connection; if output waits in the transport's
 write buffer and not one byte of it left since the last look, the client is stalled and the connection is
 aborted. (A client that stops reading is cut off one to two periods later.) The handler's write then fails
 or its task is cancelled, which ends the request as a client that went away: its engine requests are
-cancelled and its slot is handed on.
+cancelled and its permit is handed on.
 
 `StallWatch` does not care how the stream is written: the writer only tells it how many bytes it handed
 over (`wrote`, a counter), and the watch's own timer does the looking, so it acts even while the writer

@@ -19,7 +19,7 @@ ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05
 # Seconds for a whole request: long generations run for minutes.
 E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0,
                180.0, 300.0, 600.0)
-# Seconds waiting for a slot: ~0 when there is room, up to a model load or the queue timeout otherwise.
+# Seconds waiting for a permit: ~0 when there is room, up to a model load or the queue timeout otherwise.
 QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 # Tokens per request: powers of two up to the longest contexts served.
 LENGTH_BUCKETS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -64,7 +64,7 @@ class RequestMetrics:
         )
         self.queue_time = _histogram(
             registry, "inferno_request_queue_time_seconds",
-            "Seconds from a request's arrival until it entered its engine (waiting for a slot or a model load).",
+            "Seconds from a request's arrival until it entered its engine (waiting for a permit or a model load).",
             QUEUE_BUCKETS,
         )
         self.prompt_length = _histogram(

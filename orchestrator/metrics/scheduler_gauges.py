@@ -16,11 +16,11 @@ MODEL_STATES = ("unloaded", "loading", "ready", "unloading", "failed")
 
 def model_families(models: list[ModelSnapshot]) -> list[Metric]:
     running = GaugeMetricFamily(
-        "inferno_requests_running", "Requests holding a running slot on the model (in its engine).", labels=["model"]
+        "inferno_requests_running", "Requests holding a permit on the model (in its engine).", labels=["model"]
     )
     waiting = GaugeMetricFamily(
         "inferno_requests_waiting",
-        "Requests queued in the server for a running slot or for the model's load: the queue depth.",
+        "Requests queued in the server for a permit or for the model's load: the queue depth.",
         labels=["model"],
     )
     state = GaugeMetricFamily(

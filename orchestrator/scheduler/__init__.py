@@ -3,7 +3,7 @@
 This file is the package's public view, the only names the HTTP side (api/, metrics/, access/, server.py) imports
 from it (tests/unit/test_import_cycles.py checks): the `Scheduler` with its read-only `ModelView`, the snapshots
 it gives for metrics and the admin API, and the few settings types a request carries. The rest of the package
-(slots, queues, the ledger, placement) is the scheduler's own.
+(the model table, queues, the ledger, placement) is the scheduler's own.
 """
 
 from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot

@@ -16,7 +16,7 @@ class ModelSnapshot:
     state: str  # a ModelState value: unloaded, loading, ready, unloading, failed (see ModelState)
     pinned: bool
     running: int  # requests in the engine
-    queued: int  # requests waiting for a running slot or for the model's load
+    queued: int  # requests waiting for a permit or for the model's load
     loads: int  # successful loads since the server started
     load_failures: int
     evictions: int  # unloads to make room for another model

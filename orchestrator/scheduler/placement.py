@@ -19,11 +19,11 @@ from orchestrator.errors import InfernoError, ModelUnavailable
 from orchestrator.ipc.messages import LoadSpec
 from orchestrator.scheduler import policy
 from orchestrator.scheduler.admission import RETRY_AFTER_BUSY_S
+from orchestrator.scheduler.entries import ModelEntry, ModelState
 from orchestrator.scheduler.ledger import MemoryLedger
 from orchestrator.scheduler.observe import SchedulerEvents
 from orchestrator.scheduler.policy import Placement, Resident
 from orchestrator.scheduler.recovery import Recovery
-from orchestrator.scheduler.slots import ModelSlot, ModelState
 from orchestrator.supervisor.handle import WorkerHandle, WorkerSource
 
 log = logging.getLogger(__name__)
@@ -38,14 +38,14 @@ def _retrieve(task: asyncio.Task) -> None:
 class ModelPlacement:
     def __init__(
         self,
-        slots: dict[str, ModelSlot],
+        entries: dict[str, ModelEntry],
         config: ServerConfig,
         ledger: MemoryLedger,
         workers: WorkerSource,
         events: SchedulerEvents,
         clock: Callable[[], float],
     ):
-        self._slots = slots
+        self._entries = entries
         self._config = config
         self._ledger = ledger
         self._workers = workers
@@ -53,127 +53,127 @@ class ModelPlacement:
         self._clock = clock
         self._planning = asyncio.Lock()  # one placement plan (and its evictions) at a time
         self._capacity = asyncio.Event()  # replaced on every notify: waiters hold the one they saw
-        self.recovery = Recovery(slots, ledger, events, clock, self.ensure_loaded, self._notify_capacity)
+        self.recovery = Recovery(entries, ledger, events, clock, self.ensure_loaded, self._notify_capacity)
 
     async def preload(self, fit_others: bool) -> None:
         """Load pinned models, then (fit_others) every other model that fits without evicting. A model
         that fails to load is left failed; the next request for it tries again."""
-        for slot in [s for s in self._slots.values() if s.pinned]:
+        for entry in [s for s in self._entries.values() if s.pinned]:
             with contextlib.suppress(InfernoError):
-                await self.ensure_loaded(slot)
+                await self.ensure_loaded(entry)
         if not fit_others:
             return
-        for slot in [s for s in self._slots.values() if not s.pinned]:
-            if self.estimate(slot) <= self._ledger.free():
+        for entry in [s for s in self._entries.values() if not s.pinned]:
+            if self.estimate(entry) <= self._ledger.free():
                 with contextlib.suppress(InfernoError):
-                    await self.ensure_loaded(slot)
+                    await self.ensure_loaded(entry)
 
-    def check_backoff(self, slot: ModelSlot) -> None:
-        self.recovery.check_backoff(slot)
+    def check_backoff(self, entry: ModelEntry) -> None:
+        self.recovery.check_backoff(entry)
 
-    def retry_after_s(self, slot: ModelSlot) -> float:
-        return self.recovery.retry_after_s(slot)
+    def retry_after_s(self, entry: ModelEntry) -> float:
+        return self.recovery.retry_after_s(entry)
 
     def stop_reloading(self) -> None:
         self.recovery.stop_reloading()
 
-    def estimate(self, slot: ModelSlot) -> int:
-        manifest = slot.engine.manifest
+    def estimate(self, entry: ModelEntry) -> int:
+        manifest = entry.engine.manifest
         return self._ledger.estimate(
-            slot.name, manifest.weights_bytes, self._kv_bytes(slot), self._config.memory.overhead_bytes
+            entry.name, manifest.weights_bytes, self._kv_bytes(entry), self._config.memory.overhead_bytes
         )
 
-    def _kv_bytes(self, slot: ModelSlot) -> int:
-        return slot.settings.kv_cache_bytes or slot.engine.manifest.kv_cache.default_budget_bytes
+    def _kv_bytes(self, entry: ModelEntry) -> int:
+        return entry.settings.kv_cache_bytes or entry.engine.manifest.kv_cache.default_budget_bytes
 
     # -- loading ------------------------------------------------------------------------------------------
-    async def ensure_loaded(self, slot: ModelSlot, within_s: float | None = None) -> WorkerHandle:
+    async def ensure_loaded(self, entry: ModelEntry, within_s: float | None = None) -> WorkerHandle:
         """The model's worker, loading it first if need be (one load, however many callers wait on it).
         With `within_s`, a caller that would wait longer for the load gets ModelUnavailable with Retry-After
         (the load goes on for the others)."""
-        if slot.state is ModelState.READY and slot.worker is not None and slot.worker.alive:
-            return slot.worker
-        if slot.load_task is None or slot.load_task.done():
-            slot.load_task = asyncio.create_task(self._load(slot), name=f"load-{slot.name}")
-            slot.load_task.add_done_callback(_retrieve)  # its failure is told to whoever still waits
+        if entry.state is ModelState.READY and entry.worker is not None and entry.worker.alive:
+            return entry.worker
+        if entry.load_task is None or entry.load_task.done():
+            entry.load_task = asyncio.create_task(self._load(entry), name=f"load-{entry.name}")
+            entry.load_task.add_done_callback(_retrieve)  # its failure is told to whoever still waits
         try:
-            await asyncio.wait_for(asyncio.shield(slot.load_task), within_s)
+            await asyncio.wait_for(asyncio.shield(entry.load_task), within_s)
         except TimeoutError:
             waited = self._config.scheduling.queue_timeout_s
-            why = f"cannot be loaded now: {slot.waiting_for_room}" if slot.waiting_for_room else "is still loading"
+            why = f"cannot be loaded now: {entry.waiting_for_room}" if entry.waiting_for_room else "is still loading"
             raise ModelUnavailable(
-                f"model '{slot.name}' {why} (waited {waited:.0f} s); retry shortly", retry_after_s=RETRY_AFTER_BUSY_S
+                f"model '{entry.name}' {why} (waited {waited:.0f} s); retry shortly", retry_after_s=RETRY_AFTER_BUSY_S
             ) from None
-        return slot.worker
+        return entry.worker
 
-    async def _load(self, slot: ModelSlot) -> None:
-        if slot.unload_task is not None and not slot.unload_task.done():
-            await slot.unload_task  # an eviction of this model is finishing: load it afresh after
-        self.recovery.check_backoff(slot)
-        slot.cancel_retry_timer()  # this is the retry
-        await self._make_room(slot, self.estimate(slot))
-        slot.state = ModelState.LOADING
+    async def _load(self, entry: ModelEntry) -> None:
+        if entry.unload_task is not None and not entry.unload_task.done():
+            await entry.unload_task  # an eviction of this model is finishing: load it afresh after
+        self.recovery.check_backoff(entry)
+        entry.cancel_retry_timer()  # this is the retry
+        await self._make_room(entry, self.estimate(entry))
+        entry.state = ModelState.LOADING
         started = self._clock()
-        worker = await self._workers.take(slot.name, self.recovery.worker_exited)
+        worker = await self._workers.take(entry.name, self.recovery.worker_exited)
         try:
-            ready = await worker.start(self._load_spec(slot), self._config.worker.load_timeout_s)
+            ready = await worker.start(self._load_spec(entry), self._config.worker.load_timeout_s)
         except InfernoError as exc:
-            self.recovery.failed(slot, exc.message, load=True)
+            self.recovery.failed(entry, exc.message, load=True)
             self._workers.load_finished(succeeded=False)
             if not isinstance(exc, ModelUnavailable):
-                exc = ModelUnavailable(f"model '{slot.name}' failed to load: {exc.message}")
+                exc = ModelUnavailable(f"model '{entry.name}' failed to load: {exc.message}")
             if exc.retry_after_s is None:
-                exc.retry_after_s = self.recovery.retry_after_s(slot)
+                exc.retry_after_s = self.recovery.retry_after_s(entry)
             raise exc
-        self._ledger.commit(slot.name, ready.pid, fallback=ready.rss_bytes, device_bytes=ready.load.device_bytes)
-        slot.worker, slot.state, slot.last_error = worker, ModelState.READY, None
-        slot.loads += 1
+        self._ledger.commit(entry.name, ready.pid, fallback=ready.rss_bytes, device_bytes=ready.load.device_bytes)
+        entry.worker, entry.state, entry.last_error = worker, ModelState.READY, None
+        entry.loads += 1
         self._workers.load_finished(succeeded=True)
         seconds = self._clock() - started
-        self._events.model_loaded(slot.name, seconds)
-        log.info("model %s loaded in %.2f s on %s (pid %d)", slot.name, seconds, ready.load.device, ready.pid)
-        if slot.idle:
-            self.model_idle(slot)
+        self._events.model_loaded(entry.name, seconds)
+        log.info("model %s loaded in %.2f s on %s (pid %d)", entry.name, seconds, ready.load.device, ready.pid)
+        if entry.idle:
+            self.model_idle(entry)
 
-    def _load_spec(self, slot: ModelSlot) -> LoadSpec:
+    def _load_spec(self, entry: ModelEntry) -> LoadSpec:
         """The engine folder, its budget, and its backend's option section from the server's worker settings."""
-        options = options_for(slot.engine.manifest.backend, self._config.worker.model_dump())
-        return LoadSpec(str(slot.engine.folder.resolve()), self._kv_bytes(slot), options)
+        options = options_for(entry.engine.manifest.backend, self._config.worker.model_dump())
+        return LoadSpec(str(entry.engine.folder.resolve()), self._kv_bytes(entry), options)
 
-    async def _make_room(self, slot: ModelSlot, need: int) -> None:
-        """Reserve `need` bytes for the slot, evicting idle models or waiting for busy ones to go idle
+    async def _make_room(self, entry: ModelEntry, need: int) -> None:
+        """Reserve `need` bytes for the entry, evicting idle models or waiting for busy ones to go idle
         (within the queue timeout); raises ModelUnavailable when it cannot."""
         deadline = self._clock() + self._config.scheduling.queue_timeout_s
         while True:
             async with self._planning:  # held until the room made is reserved: no other load takes it
                 plan = policy.plan_load(need, self._ledger.free(), self._ledger.usable, self._residents())
                 while plan.placement is Placement.EVICT:
-                    log.info("evicting %s to load %s", ", ".join(plan.evict), slot.name)
+                    log.info("evicting %s to load %s", ", ".join(plan.evict), entry.name)
                     # Each victim stops taking requests now, in this turn of the loop, as the plan saw it idle.
-                    await asyncio.gather(*(self.start_unload(self._slots[n], "evicted") for n in plan.evict))
+                    await asyncio.gather(*(self.start_unload(self._entries[n], "evicted") for n in plan.evict))
                     plan = policy.plan_load(need, self._ledger.free(), self._ledger.usable, self._residents())
                 if plan.placement is Placement.LOAD:
-                    self._ledger.reserve_for(slot.name, need)
-                    slot.state = ModelState.LOADING
+                    self._ledger.reserve_for(entry.name, need)
+                    entry.state = ModelState.LOADING
                     return
                 capacity = self._capacity
             remaining = deadline - self._clock()
             if plan.placement is not Placement.WAIT or remaining <= 0:
                 raise ModelUnavailable(
-                    f"model '{slot.name}' cannot be loaded now: {plan.reason}",
+                    f"model '{entry.name}' cannot be loaded now: {plan.reason}",
                     retry_after_s=None if plan.placement is Placement.IMPOSSIBLE else RETRY_AFTER_BUSY_S,
                 )
-            slot.waiting_for_room = plan.reason
+            entry.waiting_for_room = plan.reason
             try:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(capacity.wait(), remaining)
             finally:
-                slot.waiting_for_room = None
+                entry.waiting_for_room = None
 
     def _residents(self) -> list[Resident]:
         return [
             Resident(s.name, self._ledger.footprint(s.name), s.pinned, s.idle, s.last_used)
-            for s in self._slots.values()
+            for s in self._entries.values()
             if s.state in (ModelState.READY, ModelState.LOADING)
         ]
 
@@ -182,62 +182,62 @@ class ModelPlacement:
         self._capacity = asyncio.Event()
 
     # -- idleness and unloading ---------------------------------------------------------------------------
-    def model_idle(self, slot: ModelSlot) -> None:
+    def model_idle(self, entry: ModelEntry) -> None:
         """A loaded model has nothing running or queued: it may be evicted now, and unloaded after its
         keep-alive."""
         self._notify_capacity()
-        delay = policy.idle_unload_delay(slot.settings.keep_alive_s, slot.pinned)
+        delay = policy.idle_unload_delay(entry.settings.keep_alive_s, entry.pinned)
         if delay is None:
             return
-        slot.cancel_idle_timer()
-        slot.idle_timer = asyncio.get_running_loop().call_later(delay, self._unload_if_idle, slot)
+        entry.cancel_idle_timer()
+        entry.idle_timer = asyncio.get_running_loop().call_later(delay, self._unload_if_idle, entry)
 
-    def _unload_if_idle(self, slot: ModelSlot) -> None:
-        slot.idle_timer = None
-        if slot.idle and not slot.pinned:
-            self.start_unload(slot, "idle")
+    def _unload_if_idle(self, entry: ModelEntry) -> None:
+        entry.idle_timer = None
+        if entry.idle and not entry.pinned:
+            self.start_unload(entry, "idle")
 
-    def start_unload(self, slot: ModelSlot, reason: str) -> asyncio.Task:
+    def start_unload(self, entry: ModelEntry, reason: str) -> asyncio.Task:
         """Unload in a task of its own (one at a time per model); returns that task. The model stops taking
         requests at once (UNLOADING), not when the task first runs, and a load of it waits for the task."""
-        if slot.unload_task is None or slot.unload_task.done():
-            worker = self._begin_unload(slot)
-            slot.unload_task = asyncio.create_task(self._finish_unload(slot, worker, reason),
-                                                   name=f"unload-{slot.name}")
-        return slot.unload_task
+        if entry.unload_task is None or entry.unload_task.done():
+            worker = self._begin_unload(entry)
+            entry.unload_task = asyncio.create_task(self._finish_unload(entry, worker, reason),
+                                                   name=f"unload-{entry.name}")
+        return entry.unload_task
 
-    async def unload(self, slot: ModelSlot, reason: str) -> None:
+    async def unload(self, entry: ModelEntry, reason: str) -> None:
         """Stop the model's worker and return its memory; reason: evicted | idle | admin | shutdown."""
-        await self._finish_unload(slot, self._begin_unload(slot), reason)
+        await self._finish_unload(entry, self._begin_unload(entry), reason)
 
-    def _begin_unload(self, slot: ModelSlot) -> WorkerHandle | None:
+    def _begin_unload(self, entry: ModelEntry) -> WorkerHandle | None:
         """The worker to stop (None when there is none, or another unload has it): from here on the model
         takes no requests."""
-        worker = slot.worker
-        if worker is None or slot.state is ModelState.UNLOADING:
+        worker = entry.worker
+        if worker is None or entry.state is ModelState.UNLOADING:
             return None
-        slot.cancel_idle_timer()
-        slot.state = ModelState.UNLOADING
+        entry.cancel_idle_timer()
+        entry.state = ModelState.UNLOADING
         return worker
 
-    async def _finish_unload(self, slot: ModelSlot, worker: WorkerHandle | None, reason: str) -> None:
+    async def _finish_unload(self, entry: ModelEntry, worker: WorkerHandle | None, reason: str) -> None:
         if worker is None:
             return
         await worker.stop(self._config.worker.stop_timeout_s)
-        freed = self._ledger.footprint(slot.name)
-        self._ledger.release(slot.name)
-        slot.worker, slot.state = None, ModelState.UNLOADED
+        freed = self._ledger.footprint(entry.name)
+        self._ledger.release(entry.name)
+        entry.worker, entry.state = None, ModelState.UNLOADED
         if reason == "evicted":
-            slot.evictions += 1
+            entry.evictions += 1
         returned = self._ledger.returned(worker.pid)
         log.info(
             "model %s unloaded (%s): worker %d exited, %.0f MiB %s",
-            slot.name, reason, worker.pid, freed / 2**20, "returned" if returned else "NOT yet returned",
+            entry.name, reason, worker.pid, freed / 2**20, "returned" if returned else "NOT yet returned",
         )
-        self._events.model_unloaded(slot.name, reason)
+        self._events.model_unloaded(entry.name, reason)
         self._notify_capacity()
 
     async def unload_all(self, reason: str) -> None:
-        for slot in self._slots.values():
-            slot.cancel_idle_timer()
-        await asyncio.gather(*(self.unload(slot, reason) for slot in self._slots.values()))
+        for entry in self._entries.values():
+            entry.cancel_idle_timer()
+        await asyncio.gather(*(self.unload(entry, reason) for entry in self._entries.values()))

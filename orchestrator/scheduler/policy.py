@@ -15,7 +15,7 @@ from orchestrator.scheduler.settings import Priority
 
 
 class Admission(Enum):
-    RUN = "run"  # take a running slot now
+    RUN = "run"  # take a permit now
     QUEUE = "queue"  # wait in the model's queue
     REJECT = "reject"  # the queue is full: 429
 
@@ -25,7 +25,7 @@ class ModelLoad:
     """A model's admission state."""
 
     name: str
-    running: int  # requests holding a running slot (in the engine, or waiting for its load)
+    running: int  # requests holding a permit (in the engine, or waiting for its load)
     queued: int
     max_concurrency: int
     max_queue: int
@@ -46,7 +46,7 @@ def admit(model: ModelLoad, total_running: int, max_running_total: int) -> Admis
 
 
 def pick_next(models: list[ModelLoad], total_running: int, max_running_total: int) -> str | None:
-    """Which model's head waiter gets the next free running slot, if any.
+    """Which model's head waiter gets the next free permit, if any.
 
     Priority classes first (interactive before batch, across all models); within the best class waiting,
     weighted fair share: the model with the fewest running requests per unit of weight, oldest waiter on a

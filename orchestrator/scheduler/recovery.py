@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 
 from orchestrator.errors import InfernoError, ModelUnavailable
 from orchestrator.scheduler import policy
+from orchestrator.scheduler.entries import ModelEntry, ModelState
 from orchestrator.scheduler.ledger import MemoryLedger
 from orchestrator.scheduler.observe import SchedulerEvents
-from orchestrator.scheduler.slots import ModelSlot, ModelState
 
 log = logging.getLogger(__name__)
 
@@ -26,16 +26,16 @@ log = logging.getLogger(__name__)
 class Recovery:
     def __init__(
         self,
-        slots: dict[str, ModelSlot],
+        entries: dict[str, ModelEntry],
         ledger: MemoryLedger,
         events: SchedulerEvents,
         clock: Callable[[], float],
-        reload: Callable[[ModelSlot], Awaitable[object]],
+        reload: Callable[[ModelEntry], Awaitable[object]],
         capacity_changed: Callable[[], None],
     ):
-        """`reload(slot)` loads a model (placement's ensure_loaded); `capacity_changed()` wakes loads waiting
+        """`reload(entry)` loads a model (placement's ensure_loaded); `capacity_changed()` wakes loads waiting
         for room."""
-        self._slots = slots
+        self._entries = entries
         self._ledger = ledger
         self._events = events
         self._clock = clock
@@ -44,63 +44,63 @@ class Recovery:
         self._reloading = True  # pinned models are loaded again after failures (not once the server drains)
         self._reloads: set[asyncio.Task] = set()
 
-    def check_backoff(self, slot: ModelSlot) -> None:
+    def check_backoff(self, entry: ModelEntry) -> None:
         """Raise ModelUnavailable (with Retry-After) while a failing model waits for its next attempt."""
-        wait = slot.retry_in(self._clock())
-        if slot.state is ModelState.FAILED and wait > 0:
+        wait = entry.retry_in(self._clock())
+        if entry.state is ModelState.FAILED and wait > 0:
             raise ModelUnavailable(
-                f"model '{slot.name}' is failing ({slot.last_error}); the next attempt is in {wait:.0f} s",
+                f"model '{entry.name}' is failing ({entry.last_error}); the next attempt is in {wait:.0f} s",
                 retry_after_s=wait,
             )
 
-    def retry_after_s(self, slot: ModelSlot) -> float:
+    def retry_after_s(self, entry: ModelEntry) -> float:
         """What a request that failed with the model (its worker crashed, its load failed) should wait before
         trying again: the backoff's rest, and at least a second (the reload takes that, at least)."""
-        return max(1.0, slot.retry_in(self._clock()))
+        return max(1.0, entry.retry_in(self._clock()))
 
-    def failed(self, slot: ModelSlot, message: str, load: bool) -> None:
+    def failed(self, entry: ModelEntry, message: str, load: bool) -> None:
         """A failed load (the model is `failed` until its next attempt) or a crash (`unloaded`, or `failed`
         while crashes in a row back off); a pinned model's reload is scheduled for when the backoff ends."""
-        self._ledger.release(slot.name)
-        slot.worker, slot.last_error = None, message
-        slot.consecutive_failures += 1
-        backoff = policy.backoff_s(slot.consecutive_failures)
-        slot.retry_at = self._clock() + backoff
-        slot.state = ModelState.FAILED if load or backoff > 0 else ModelState.UNLOADED
+        self._ledger.release(entry.name)
+        entry.worker, entry.last_error = None, message
+        entry.consecutive_failures += 1
+        backoff = policy.backoff_s(entry.consecutive_failures)
+        entry.retry_at = self._clock() + backoff
+        entry.state = ModelState.FAILED if load or backoff > 0 else ModelState.UNLOADED
         if load:
-            slot.load_failures += 1
-            log.error("model %s failed to load: %s", slot.name, message)
-        slot.cancel_retry_timer()
-        if backoff > 0 or slot.pinned:
-            slot.retry_timer = asyncio.get_running_loop().call_later(backoff, self._backoff_over, slot, load)
+            entry.load_failures += 1
+            log.error("model %s failed to load: %s", entry.name, message)
+        entry.cancel_retry_timer()
+        if backoff > 0 or entry.pinned:
+            entry.retry_timer = asyncio.get_running_loop().call_later(backoff, self._backoff_over, entry, load)
         self._capacity_changed()
 
-    def _backoff_over(self, slot: ModelSlot, load_failed: bool) -> None:
-        slot.retry_timer = None
-        slot.retry_at = 0.0  # over, even if the loop's timer fired a hair before the deadline
-        if slot.state is ModelState.FAILED and not load_failed:
-            slot.state = ModelState.UNLOADED  # crashed: the next request loads it
-        if slot.pinned and self._reloading and slot.state in (ModelState.FAILED, ModelState.UNLOADED):
-            task = asyncio.create_task(self._reload(slot), name=f"reload-{slot.name}")
+    def _backoff_over(self, entry: ModelEntry, load_failed: bool) -> None:
+        entry.retry_timer = None
+        entry.retry_at = 0.0  # over, even if the loop's timer fired a hair before the deadline
+        if entry.state is ModelState.FAILED and not load_failed:
+            entry.state = ModelState.UNLOADED  # crashed: the next request loads it
+        if entry.pinned and self._reloading and entry.state in (ModelState.FAILED, ModelState.UNLOADED):
+            task = asyncio.create_task(self._reload(entry), name=f"reload-{entry.name}")
             self._reloads.add(task)
             task.add_done_callback(self._reloads.discard)
 
-    async def _reload(self, slot: ModelSlot) -> None:
+    async def _reload(self, entry: ModelEntry) -> None:
         """A pinned model, loaded again after a failure; a failure here schedules the next try."""
-        log.info("reloading pinned model %s after: %s", slot.name, slot.last_error)
+        log.info("reloading pinned model %s after: %s", entry.name, entry.last_error)
         with contextlib.suppress(InfernoError):
-            await self._load(slot)
+            await self._load(entry)
 
     def stop_reloading(self) -> None:
         """The server drains: no more reloads of pinned models."""
         self._reloading = False
-        for slot in self._slots.values():
-            slot.cancel_retry_timer()
+        for entry in self._entries.values():
+            entry.cancel_retry_timer()
 
     def worker_exited(self, model: str) -> None:
         """The WorkerHandle's exit callback: an exit nobody asked for is a crash."""
-        slot = self._slots[model]
-        if slot.state is ModelState.READY:  # not an unload we asked for: a crash; the next request reloads
-            slot.crashes += 1
-            self.failed(slot, "the worker process exited unexpectedly", load=False)
+        entry = self._entries[model]
+        if entry.state is ModelState.READY:  # not an unload we asked for: a crash; the next request reloads
+            entry.crashes += 1
+            self.failed(entry, "the worker process exited unexpectedly", load=False)
             self._events.worker_crashed(model)

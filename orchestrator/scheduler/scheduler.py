@@ -1,7 +1,7 @@
 """The scheduler: which requests run now, which wait, which are turned away, and which models are loaded.
 
-It owns the slot table (slots.py) and wires three collaborators around it: `AdmissionControl`
-(admission.py: running slots and queues), `ModelPlacement` (placement.py: loads, evictions, unloads,
+It owns the model table (entries.py) and wires three collaborators around it: `AdmissionControl`
+(admission.py: permits and queues), `ModelPlacement` (placement.py: loads, evictions, unloads,
 failures) and `AdminOperations` (admin.py: the same by hand). Decisions come from `policy` (pure
 functions). Workers come from the `WorkerSource` it is given, so it starts no process itself.
 
@@ -10,8 +10,8 @@ The request path holds a *lease* while its engine requests run:
     async with scheduler.lease(request, priority) as worker:
         worker.submit(...)
 
-Entering waits for a running slot (bounded queue, timeout) and for the model's worker to be loaded, which
-may evict idle models; leaving cancels whatever is unfinished in the engine and hands the slot on.
+Entering waits for a permit (bounded queue, timeout) and for the model's worker to be loaded, which
+may evict idle models; leaving cancels whatever is unfinished in the engine and hands the permit on.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from orchestrator.ipc.messages import TextDelta
 from orchestrator.lifecycle import InferenceRequest, RequestStatus
 from orchestrator.scheduler.admin import AdminOperations
 from orchestrator.scheduler.admission import RETRY_AFTER_SHUTDOWN_S, AdmissionControl
+from orchestrator.scheduler.entries import ModelEntry, ModelState, build_entries
 from orchestrator.scheduler.ledger import DeviceProbe, MemoryLedger, detect_probe
 from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot, NoEvents, SchedulerEvents
 from orchestrator.scheduler.placement import ModelPlacement
 from orchestrator.scheduler.settings import ModelSettings, Priority
 from orchestrator.scheduler.sim_device import simulated_device
-from orchestrator.scheduler.slots import ModelSlot, ModelState, build_slots
 from orchestrator.supervisor.handle import WorkerHandle, WorkerSource
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class Scheduler:
         self._config = config
         self._catalogue = catalogue
         self._clock = clock
-        self._slots: dict[str, ModelSlot] = build_slots(config, catalogue, clock())
+        self._entries: dict[str, ModelEntry] = build_entries(config, catalogue, clock())
         memory = config.memory
         self._ledger = MemoryLedger(
             probe or simulated_device(catalogue.engines) or detect_probe(config.worker.device, memory.gpu_index),
@@ -98,17 +98,17 @@ class Scheduler:
             memory.reserve_bytes,
         )
         self._workers = workers
-        self._placement = ModelPlacement(self._slots, config, self._ledger, workers, events or NoEvents(), clock)
+        self._placement = ModelPlacement(self._entries, config, self._ledger, workers, events or NoEvents(), clock)
         self._admission = AdmissionControl(
-            self._slots,
+            self._entries,
             config.scheduling,
             on_model_idle=self._placement.model_idle,
             on_busy=workers.server_busy,
             on_quiet=workers.server_quiet,
         )
-        self._admin = AdminOperations(self._slot_for, self._admission, self._placement, self._ledger, clock)
+        self._admin = AdminOperations(self._entry_for, self._admission, self._placement, self._ledger, clock)
         self._started = False
-        self._live: dict[str, tuple[InferenceRequest, WorkerHandle]] = {}  # holding a running slot, for the drain
+        self._live: dict[str, tuple[InferenceRequest, WorkerHandle]] = {}  # holding a permit, for the drain
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -120,10 +120,10 @@ class Scheduler:
     @property
     def ready(self) -> bool:
         """Serving: started, every pinned model loaded, no model that was loaded at start has failed."""
-        if not self._started or self._admission.draining or not self._slots:
+        if not self._started or self._admission.draining or not self._entries:
             return False
-        return all(s.state is ModelState.READY for s in self._slots.values() if s.pinned) and not any(
-            s.state is ModelState.FAILED and s.loads == 0 and s.load_failures for s in self._slots.values()
+        return all(s.state is ModelState.READY for s in self._entries.values() if s.pinned) and not any(
+            s.state is ModelState.FAILED and s.loads == 0 and s.load_failures for s in self._entries.values()
         )
 
     def begin_drain(self) -> None:
@@ -157,7 +157,7 @@ class Scheduler:
     # -- what the outside sees ----------------------------------------------------------------------------
     def snapshot(self) -> list[ModelSnapshot]:
         now = self._clock()
-        return [slot.snapshot(self._ledger.footprint(slot.name), now) for slot in self._slots.values()]
+        return [entry.snapshot(self._ledger.footprint(entry.name), now) for entry in self._entries.values()]
 
     def device_memory(self) -> list[DeviceMemory]:
         reading = self._ledger.probe.read()
@@ -165,19 +165,19 @@ class Scheduler:
 
     async def engine_stats(self, timeout_s: float) -> dict[str, BackendStats]:
         """Each loaded model's engine stats; a worker that does not answer within timeout_s is left out."""
-        loaded = {n: s.worker for n, s in self._slots.items() if s.state is ModelState.READY and s.worker}
+        loaded = {n: s.worker for n, s in self._entries.items() if s.state is ModelState.READY and s.worker}
         answers = await asyncio.gather(*(worker.stats(timeout_s) for worker in loaded.values()))
         return {name: stats for name, stats in zip(loaded, answers, strict=True) if stats is not None}
 
     def model_names(self) -> list[str]:
         """Every model this server serves (loaded or not), in catalogue order."""
-        return list(self._slots)
+        return list(self._entries)
 
     def model(self, model: str) -> ModelView:
         """What the HTTP side may know of a model before admission: its engine and its settings (read-only).
         Raises ModelNotFound, or ModelUnavailable for an engine folder that was refused."""
-        slot = self._slot_for(model)
-        return ModelView(slot.name, slot.engine, slot.settings)
+        entry = self._entry_for(model)
+        return ModelView(entry.name, entry.engine, entry.settings)
 
     def memory(self) -> LedgerState:
         """The memory ledger's device and numbers now, for the admin API."""
@@ -189,41 +189,41 @@ class Scheduler:
         """The spare worker's state (none, starting, ready), for the admin API."""
         return self._workers.spare_state
 
-    def _slot_for(self, model: str) -> ModelSlot:
-        """The model's slot; raises ModelNotFound, or ModelUnavailable for an engine folder that was refused."""
-        slot = self._slots.get(model)
-        if slot is not None:
-            return slot
+    def _entry_for(self, model: str) -> ModelEntry:
+        """The model's entry; raises ModelNotFound, or ModelUnavailable for an engine folder that was refused."""
+        entry = self._entries.get(model)
+        if entry is not None:
+            return entry
         refused = self._catalogue.refused.get(model)
         if refused is not None:
             raise ModelUnavailable(f"model '{model}' cannot be served: {refused}", param="model")
         raise ModelNotFound(
-            f"the model '{model}' does not exist; models served here: {', '.join(sorted(self._slots)) or 'none'}",
+            f"the model '{model}' does not exist; models served here: {', '.join(sorted(self._entries)) or 'none'}",
             param="model",
         )
 
     # -- the request path ---------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def lease(self, request: InferenceRequest, priority: Priority | None = None) -> AsyncIterator[WorkerHandle]:
-        """A running slot on the request's model and its loaded worker, for the duration of the block.
+        """A permit on the request's model and its loaded worker, for the duration of the block.
 
-        Waiting for the slot and for the model's load together take at most the queue timeout (then 503 with
+        Waiting for a permit and for the model's load together take at most the queue timeout (then 503 with
         Retry-After). Leaving cancels the request's unfinished engine requests; a request that finished well
         resets the model's failure count (so a later failure is retried at once). A request whose worker
         crashed under it leaves with Retry-After: when the model can be tried again."""
-        slot = self._slot_for(request.model)
-        self._placement.check_backoff(slot)
+        entry = self._entry_for(request.model)
+        self._placement.check_backoff(entry)
         deadline = self._clock() + self._config.scheduling.queue_timeout_s
-        await self._admission.acquire(slot, slot.settings.priority_class if priority is None else priority)
+        await self._admission.acquire(entry, entry.settings.priority_class if priority is None else priority)
         worker = None
         try:
-            worker = await self._placement.ensure_loaded(slot, within_s=max(0.0, deadline - self._clock()))
+            worker = await self._placement.ensure_loaded(entry, within_s=max(0.0, deadline - self._clock()))
             request.start()
             self._live[request.id] = (request, worker)
             yield worker
         except (WorkerCrashed, EngineDead) as exc:
             if exc.retry_after_s is None:
-                exc.retry_after_s = self._placement.retry_after_s(slot)
+                exc.retry_after_s = self._placement.retry_after_s(entry)
             raise
         finally:
             self._live.pop(request.id, None)
@@ -231,9 +231,9 @@ class Scheduler:
                 for engine_id in request.unfinished_engine_ids():
                     worker.cancel(engine_id)
             if request.status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH):
-                slot.consecutive_failures = 0
-            slot.last_used = self._clock()
-            self._admission.release(slot)
+                entry.consecutive_failures = 0
+            entry.last_used = self._clock()
+            self._admission.release(entry)
 
     # -- by hand (the admin API) --------------------------------------------------------------------------
     async def load(self, model: str) -> ModelSnapshot:

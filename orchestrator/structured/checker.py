@@ -1,5 +1,5 @@
 """The grammar check before admission: every guide is compiled once, with a time limit, over the model's
-real vocabulary, before its request may take a slot.
+real vocabulary, before its request may take a permit.
 
 TensorRT-LLM's guided decoder compiles a request's grammar inside the engine loop, and a grammar that fails
 there fails every request of the model; a pathological one stalls them all. So the HTTP process checks

@@ -71,11 +71,11 @@ class WorkerSource(Protocol):
         ...
 
     def server_busy(self) -> None:
-        """A request has taken a running slot."""
+        """A request has taken a permit."""
         ...
 
     def server_quiet(self) -> None:
-        """No request holds a running slot any more."""
+        """No request holds a permit any more."""
         ...
 
     def stop_refilling(self) -> None:

@@ -47,7 +47,7 @@ class WorkerPool:
         self._refill = refill
         self._quiet_s = quiet_s
         self._spare: asyncio.Task | None = None
-        self._busy = False  # some request holds a running slot
+        self._busy = False  # some request holds a permit
         self._refilling = True  # False once the server drains or the pool closes
         self._timer: asyncio.TimerHandle | None = None
 

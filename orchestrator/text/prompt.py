@@ -1,7 +1,7 @@
 """Turning a request into prompt token ids, in the HTTP process: chat template, then tokenizer.
 
 The HTTP process tokenises (once per request) so it can refuse an over-long prompt with a 400 before
-the request takes a slot; the per-token work (detokenising, stop strings) happens in the worker.
+the request takes a permit; the per-token work (detokenising, stop strings) happens in the worker.
 """
 
 from __future__ import annotations

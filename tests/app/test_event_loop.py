@@ -1,6 +1,6 @@
 """The event loop never waits on one request: a big body's prompt is rendered and tokenised on a thread while
 the loop serves others; a small one's inline. The connection deadlines: a client that never finishes its
-request head, and a streaming client that stops reading, are cut off (the latter's engine slot freed).
+request head, and a streaming client that stops reading, are cut off (the latter's permit given back).
 
 Checked by structure, never by timing: where the prompt work ran, and that /health was answered while it
 was held on its thread."""
@@ -78,7 +78,7 @@ def test_a_connection_that_never_finishes_its_request_head_is_closed(catalogue):
     assert asyncio.run(go()) == b""
 
 
-def test_a_streaming_client_that_stops_reading_is_cut_off_and_its_slot_freed(catalogue, caplog):
+def test_a_streaming_client_that_stops_reading_is_cut_off_and_its_permit_given_back(catalogue, caplog):
     async def go():
         async with running_app(catalogue, "--http.stall-timeout-s", "0.2") as app:
             server = app.client.server

@@ -104,7 +104,7 @@ def test_a_killed_worker_fails_only_its_own_requests_and_comes_back(server, clie
 
 def test_a_full_queue_is_a_429_with_retry_after(server, client):
     busy = client.chat.completions.create(model="alpha", messages=STORY, max_tokens=4000, stream=True)
-    next(iter(busy))  # alpha's only running slot is taken
+    next(iter(busy))  # alpha's only permit is taken
     queued = [in_thread(lambda: client.chat.completions.create(model="alpha", messages=STORY, max_tokens=2))
               for _ in range(2)]
     wait_for(lambda: models(server)["alpha"]["queued"] == 2, what="two queued requests")

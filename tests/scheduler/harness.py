@@ -26,7 +26,7 @@ from orchestrator.engine.request import EngineRequest
 from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
 from orchestrator.scheduler import ModelSnapshot, Scheduler
 from orchestrator.scheduler.admission import AdmissionControl
-from orchestrator.scheduler.slots import ModelSlot, build_slots
+from orchestrator.scheduler.entries import ModelEntry, build_entries
 from tests.fakes.workers import FakeDevice, FakeWorkers
 
 GIB = 2**30
@@ -83,13 +83,13 @@ def server_config(tmp_path: Path, device_gib: float, model_settings: str | None,
     )
 
 
-def make_admission(tmp_path: Path, model_settings: str, **scheduling) -> tuple[AdmissionControl, ModelSlot]:
+def make_admission(tmp_path: Path, model_settings: str, **scheduling) -> tuple[AdmissionControl, ModelEntry]:
     """Admission alone, over one model "alpha" (no workers, no memory): its permits and its queue."""
     config = server_config(tmp_path, 2, model_settings, **scheduling)
-    slots = build_slots(config, catalogue({"alpha": 1}), asyncio.get_running_loop().time())
-    admission = AdmissionControl(slots, config.scheduling, on_model_idle=lambda _: None, on_busy=lambda: None,
+    entries = build_entries(config, catalogue({"alpha": 1}), asyncio.get_running_loop().time())
+    admission = AdmissionControl(entries, config.scheduling, on_model_idle=lambda _: None, on_busy=lambda: None,
                                  on_quiet=lambda: None)
-    return admission, slots["alpha"]
+    return admission, entries["alpha"]
 
 
 def make_scheduler(

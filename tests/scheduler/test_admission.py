@@ -20,61 +20,61 @@ TIMEOUT_S = 10.0
 
 
 def test_a_waiter_granted_just_as_it_times_out_runs(tmp_path):
-    """The slot frees in the same loop iteration as the waiter's deadline, just before it: granted wins."""
+    """The permit frees in the same loop iteration as the waiter's deadline, just before it: granted wins."""
 
     async def go():
-        admission, slot = make_admission(tmp_path, ONE_AT_A_TIME, queue_timeout_s=TIMEOUT_S)
+        admission, entry = make_admission(tmp_path, ONE_AT_A_TIME, queue_timeout_s=TIMEOUT_S)
         loop = asyncio.get_running_loop()
-        await admission.acquire(slot, Priority.INTERACTIVE)  # the first request holds the only slot
+        await admission.acquire(entry, Priority.INTERACTIVE)  # the first request holds the only permit
         deadline = loop.time() + TIMEOUT_S
-        waiter = asyncio.create_task(admission.acquire(slot, Priority.INTERACTIVE))
-        await until(lambda: slot.queued == 1)
-        loop.call_at(deadline - RESOLUTION_S / 2, admission.release, slot)
+        waiter = asyncio.create_task(admission.acquire(entry, Priority.INTERACTIVE))
+        await until(lambda: entry.queued == 1)
+        loop.call_at(deadline - RESOLUTION_S / 2, admission.release, entry)
         await waiter  # granted: no ModelUnavailable
-        return slot.running, slot.queued, loop.time() - deadline
+        return entry.running, entry.queued, loop.time() - deadline
 
     running, queued, late = run_virtual(go())
     assert (running, queued) == (1, 0)
     assert abs(late) < RESOLUTION_S  # it really was the deadline's iteration
 
 
-def test_a_waiter_that_times_out_just_before_the_grant_passes_the_slot_to_the_next(tmp_path):
+def test_a_waiter_that_times_out_just_before_the_grant_passes_the_permit_to_the_next(tmp_path):
     async def go():
-        admission, slot = make_admission(tmp_path, ONE_AT_A_TIME, queue_timeout_s=TIMEOUT_S)
+        admission, entry = make_admission(tmp_path, ONE_AT_A_TIME, queue_timeout_s=TIMEOUT_S)
         loop = asyncio.get_running_loop()
-        await admission.acquire(slot, Priority.INTERACTIVE)
+        await admission.acquire(entry, Priority.INTERACTIVE)
         deadline = loop.time() + TIMEOUT_S
-        first = asyncio.create_task(admission.acquire(slot, Priority.INTERACTIVE))
-        await until(lambda: slot.queued == 1)
+        first = asyncio.create_task(admission.acquire(entry, Priority.INTERACTIVE))
+        await until(lambda: entry.queued == 1)
         await advance(1.0)  # the second waiter's deadline comes a second later
-        second = asyncio.create_task(admission.acquire(slot, Priority.INTERACTIVE))
-        await until(lambda: slot.queued == 2)
-        loop.call_at(deadline + RESOLUTION_S / 4, admission.release, slot)  # same iteration, after the deadline
+        second = asyncio.create_task(admission.acquire(entry, Priority.INTERACTIVE))
+        await until(lambda: entry.queued == 2)
+        loop.call_at(deadline + RESOLUTION_S / 4, admission.release, entry)  # same iteration, after the deadline
         with pytest.raises(ModelUnavailable, match="stayed busy for 10 s") as refused:
             await first
         await second
-        return refused.value.retry_after_s, slot.running, slot.queued
+        return refused.value.retry_after_s, entry.running, entry.queued
 
     retry_after, running, queued = run_virtual(go())
     assert retry_after == 5.0
-    assert (running, queued) == (1, 0)  # the slot went to the second waiter, not lost
+    assert (running, queued) == (1, 0)  # the permit went to the second waiter, not lost
 
 
-def test_a_waiter_cancelled_after_its_grant_passes_the_slot_on(tmp_path):
-    """The client goes away in the same iteration as its request is granted a slot, before it could run."""
+def test_a_waiter_cancelled_after_its_grant_passes_the_permit_on(tmp_path):
+    """The client goes away in the same iteration as its request is granted a permit, before it could run."""
 
     async def go():
-        admission, slot = make_admission(tmp_path, ONE_AT_A_TIME)
-        await admission.acquire(slot, Priority.INTERACTIVE)
-        first = asyncio.create_task(admission.acquire(slot, Priority.INTERACTIVE))
-        second = asyncio.create_task(admission.acquire(slot, Priority.INTERACTIVE))
-        await until(lambda: slot.queued == 2)
-        admission.release(slot)  # grants the first waiter ...
+        admission, entry = make_admission(tmp_path, ONE_AT_A_TIME)
+        await admission.acquire(entry, Priority.INTERACTIVE)
+        first = asyncio.create_task(admission.acquire(entry, Priority.INTERACTIVE))
+        second = asyncio.create_task(admission.acquire(entry, Priority.INTERACTIVE))
+        await until(lambda: entry.queued == 2)
+        admission.release(entry)  # grants the first waiter ...
         first.cancel()  # ... which is cancelled before it runs
         with pytest.raises(asyncio.CancelledError):
             await first
         await second
-        return slot.running, slot.queued
+        return entry.running, entry.queued
 
     assert run_virtual(go()) == (1, 0)
 
@@ -82,12 +82,12 @@ def test_a_waiter_cancelled_after_its_grant_passes_the_slot_on(tmp_path):
 def test_a_full_queue_is_a_429_with_retry_after(tmp_path):
     async def go():
         settings = ONE_AT_A_TIME + "max_queue = 1\n"
-        admission, slot = make_admission(tmp_path, settings)
-        await admission.acquire(slot, Priority.INTERACTIVE)
-        waiting = asyncio.create_task(admission.acquire(slot, Priority.INTERACTIVE))
-        await until(lambda: slot.queued == 1)
+        admission, entry = make_admission(tmp_path, settings)
+        await admission.acquire(entry, Priority.INTERACTIVE)
+        waiting = asyncio.create_task(admission.acquire(entry, Priority.INTERACTIVE))
+        await until(lambda: entry.queued == 1)
         with pytest.raises(QueueFull, match="has 1 requests queued \\(the limit is 1\\)") as refused:
-            await admission.acquire(slot, Priority.INTERACTIVE)
+            await admission.acquire(entry, Priority.INTERACTIVE)
         waiting.cancel()
         return refused.value.retry_after_s
 

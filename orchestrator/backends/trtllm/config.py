@@ -22,9 +22,9 @@ from orchestrator.structured.vocabulary import load_vocabulary
 FREE_MEMORY_CAP = 0.9
 # Iteration stats kept between two reads (each /metrics scrape drains them); enough for the newest busy step.
 ITER_STATS_KEPT = 64
-# One running slot of the scheduler may carry up to this many choices (n), each its own executor request.
+# One permit of the scheduler may carry up to this many choices (n), each its own executor request.
 # The scheduler bounds admissions, so the executor's own queue limit only guards against a runaway caller.
-REQUESTS_PER_SLOT = 16
+REQUESTS_PER_PERMIT = 16
 
 
 def kv_cache_tokens(settings: BackendSettings) -> int:
@@ -66,7 +66,7 @@ def build_executor_config(trtllm: ModuleType, settings: BackendSettings, runtime
         iter_stats_max_iterations=ITER_STATS_KEPT,
         max_batch_size=limits.max_batch_size,
         max_num_tokens=limits.max_num_tokens,
-        max_queue_size=limits.max_batch_size * REQUESTS_PER_SLOT,
+        max_queue_size=limits.max_batch_size * REQUESTS_PER_PERMIT,
         parallel_config=_parallel_config(trtllm, settings, runtime),
         gather_generation_logits=settings.manifest.generation_logits,  # for top_logprobs, where built in
         guided_decoding_config=guided_decoding_config(trtllm, settings),

@@ -1,4 +1,4 @@
-"""The slot table: each model's place in the server (settings, load state, worker, counters, admission
+"""The model table: each model's entry in the server (settings, load state, worker, counters, admission
 queue), shared by admission (admission.py) and placement (placement.py)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class ModelState(StrEnum):
 
 @dataclass(order=True)
 class Waiter:
-    """A request waiting for a running slot; ordered best first (higher priority, then earlier)."""
+    """A request waiting for a permit; ordered best first (higher priority, then earlier)."""
 
     sort_key: tuple
     future: asyncio.Future = field(compare=False)
@@ -40,12 +40,15 @@ class Waiter:
 
     @property
     def granted(self) -> bool:
-        """Given a running slot (its future holds a result, not a refusal or a cancellation)."""
+        """Given a permit (its future holds a result, not a refusal or a cancellation)."""
         return self.future.done() and not self.future.cancelled() and self.future.exception() is None
 
 
 @dataclass
-class ModelSlot:
+class ModelEntry:
+    """The scheduler's record of one served model. `running` counts the permits its requests hold (at most
+    `max_concurrency`); `waiters` wait for one."""
+
     engine: Engine
     settings: ModelSettings
     max_concurrency: int
@@ -119,7 +122,7 @@ class ModelSlot:
             state=self.state.value,
             pinned=self.pinned,
             running=self.running if ready else 0,
-            queued=self.queued + (0 if ready else self.running),  # holding a slot while the model loads
+            queued=self.queued + (0 if ready else self.running),  # holding a permit while the model loads
             loads=self.loads,
             load_failures=self.load_failures,
             evictions=self.evictions,
@@ -132,15 +135,15 @@ class ModelSlot:
         )
 
 
-def build_slots(config: ServerConfig, catalogue: Catalogue, now: float) -> dict[str, ModelSlot]:
-    """A slot per servable engine, with its settings (the model settings file over the config)."""
+def build_entries(config: ServerConfig, catalogue: Catalogue, now: float) -> dict[str, ModelEntry]:
+    """An entry per servable engine, with its settings (the model settings file over the config)."""
     settings = load_model_settings(config, list(catalogue.engines))
-    slots: dict[str, ModelSlot] = {}
+    entries: dict[str, ModelEntry] = {}
     for name, engine in catalogue.engines.items():
         own = settings[name]
         batch = engine.manifest.limits.max_batch_size
         limit = own.max_concurrency or config.scheduling.max_concurrency or batch
-        slots[name] = ModelSlot(
+        entries[name] = ModelEntry(
             engine=engine,
             settings=own,
             max_concurrency=min(limit, batch),
@@ -148,4 +151,4 @@ def build_slots(config: ServerConfig, catalogue: Catalogue, now: float) -> dict[
             pinned=own.pinned,
             last_used=now,
         )
-    return slots
+    return entries
