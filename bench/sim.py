@@ -115,7 +115,8 @@ async def run(args: argparse.Namespace) -> dict:
     ]
     backend = SimBackend(BackendSettings(args.engine, manifest, manifest.kv_cache.default_budget_bytes), spec)
     streams = RequestStreams(backend)
-    report = await backend.start(streams)
+    await backend.start(streams)
+    kv_blocks = backend.stats().kv_blocks_total
     try:
         cpu, steps, process_cpu = thread_cpu_s(THREAD_NAME), backend.stats().iterations, time.process_time()
         timings, wall = await drive(streams, requests, args.concurrency)
@@ -125,7 +126,7 @@ async def run(args: argparse.Namespace) -> dict:
     finally:
         await backend.close()
     speedup = manifest.simulation.speedup
-    simulated_s, steady_tok_s, simulated_steps = predicted(spec, manifest, report.kv_blocks, requests, args.concurrency)
+    simulated_s, steady_tok_s, simulated_steps = predicted(spec, manifest, kv_blocks, requests, args.concurrency)
     tokens = sum(t.tokens for t in timings)
     gaps = [gap for t in timings for gap in t.gaps]
     ttfts = [t.ttft for t in timings if t.ttft is not None]

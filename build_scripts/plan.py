@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from build_scripts.environment import Environment
@@ -140,7 +140,6 @@ class BuildContext:
     plan: Plan
     workdir: Path
     started_at: float
-    facts: dict = field(default_factory=dict)  # steps hand measured facts to the manifest step
 
 
 def new_plan(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment, steps: tuple[Step, ...],

@@ -37,13 +37,10 @@ from orchestrator.errors import EngineDead, ModelUnavailable
 
 @dataclass(frozen=True, slots=True)
 class LoadReport:
-    """What a backend's `start` measured: where the engine runs and the KV cache it really took."""
+    """What a backend's `start` tells the scheduler: where the engine runs (and, for a simulated device, what it
+    holds there). The KV cache it really took is in its `stats()`."""
 
     device: str  # "cpu", "cuda:0"
-    kv_cache_bytes: int  # what the cache really took
-    kv_blocks: int
-    tokens_per_block: int
-    max_batch_size: int
     # What the model holds on its device, where the backend knows it better than a measurement of the worker
     # process can (a simulated GPU: weights + KV cache + runtime overhead). The memory ledger prefers it.
     device_bytes: int | None = None

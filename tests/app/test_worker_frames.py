@@ -92,7 +92,7 @@ def test_the_server_ends_a_worker_that_sends_a_malformed_frame_and_fails_its_req
         starting = asyncio.create_task(client.start(spec_for(default_engine), 30))
         worker.send(Idle(process.pid).to_wire())
         load = decode_to_worker(await worker.recv())
-        worker.send(WorkerReady(process.pid, 10**8, LoadReport("cpu", 2**25, 128, 16, 8)).to_wire())
+        worker.send(WorkerReady(process.pid, 10**8, LoadReport("cpu")).to_wire())
         ready = await starting
         client.submit(GOOD, ended.set_result)
         submitted = decode_to_worker(await worker.recv())
@@ -102,7 +102,7 @@ def test_the_server_ends_a_worker_that_sends_a_malformed_frame_and_fails_its_req
         return load, ready, submitted, TextDelta.from_wire(row), exits, code, client.alive
 
     load, ready, submitted, delta, exits, code, alive = asyncio.run(go())
-    assert load == spec_for(default_engine) and submitted == Submit(GOOD) and ready.load.kv_blocks == 128
+    assert load == spec_for(default_engine) and submitted == Submit(GOOD) and ready.load.device == "cpu"
     assert delta.finish is FinishReason.ERROR and delta.error["kind"] == WorkerCrashed.__name__
     assert exits == ["smollm2-135m"] and code < 0 and not alive  # killed, and the scheduler told
 

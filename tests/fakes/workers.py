@@ -52,7 +52,7 @@ class FakeWorker:
             raise failures.pop(0)
         self.alive = True
         # No memory to measure here (rss 0): the ledger keeps its estimate.
-        return WorkerReady(self.pid, rss_bytes=0, load=LoadReport("fake", spec.kv_cache_bytes, 64, 16, 8))
+        return WorkerReady(self.pid, rss_bytes=0, load=LoadReport("fake"))
 
     def submit(self, request: EngineRequest, sink: Sink) -> None:
         if not self.alive:

@@ -102,9 +102,8 @@ def test_requests_cancels_stats_queries_and_shutdown_cross_unchanged(engine):
 
 
 def test_the_workers_greeting_ready_report_and_stats_cross_unchanged():
-    report = LoadReport("cuda:0", kv_cache_bytes=25_769_803_776, kv_blocks=12_288, tokens_per_block=64,
-                        max_batch_size=256)
-    simulated = LoadReport("sim:H100-SXM", 8 * 2**30, 4096, 32, 128, device_bytes=20 * 2**30)
+    report = LoadReport("cuda:0")
+    simulated = LoadReport("sim:H100-SXM", device_bytes=20 * 2**30)
     stats = BackendStats(running=31, waiting=4, kv_blocks_total=12_288, kv_blocks_free=9000, kv_blocks_used=3288,
                          tokens_per_block=64, iterations=150_211, kv_blocks_reused=77, iteration_latency_ms=12.5)
     for message in (Idle(4242), WorkerReady(4242, 1_500_000_000, report), WorkerReady(7, 10**9, simulated),
@@ -184,9 +183,9 @@ def test_a_submit_whose_request_cannot_be_read_is_refused_naming_the_request(eng
 @pytest.mark.parametrize(("frame", "why"), [
     ({"kind": "submit", "request": {}}, "no 'submit' frame goes from a worker"),
     ({"kind": "idle"}, "needs 'pid'"),
-    ({"kind": "ready", "pid": 1, "rss_bytes": 2, "load": {"device": "cpu"}}, "frame's load needs 'kv_cache_bytes'"),
+    ({"kind": "ready", "pid": 1, "rss_bytes": 2, "load": {"device_bytes": 1}}, "frame's load needs 'device'"),
     ({"kind": "ready", "pid": 1, "rss_bytes": 2,
-      "load": {**asdict(LoadReport("cpu", 1, 1, 1, 1)), "kind": "x"}}, "frame's load has unknown field(s) kind"),
+      "load": {**asdict(LoadReport("cpu")), "kind": "x"}}, "frame's load has unknown field(s) kind"),
     ({"kind": "failed", "error": {"message": "m"}}, "frame's error needs 'kind'"),
     ({"kind": "stats", "seq": 1, "stats": {**GOOD_STATS, "running": None}}, "'running' must be int (got None)"),
     ({"kind": "stats", "seq": 1, "stats": {**GOOD_STATS, "speed": 3}}, "unknown field(s) speed"),

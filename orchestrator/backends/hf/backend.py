@@ -138,13 +138,7 @@ class HfBackend:
         self._prefix = _PrefixMatches(cache.search_prefix_match, self._live, self._manifest.kv_cache.tokens_per_block)
         cache.search_prefix_match = self._prefix
         self._outputs = outputs
-        return LoadReport(
-            device=device,
-            kv_cache_bytes=self._kv_blocks * self._block_bytes(),
-            kv_blocks=self._kv_blocks,
-            tokens_per_block=self._manifest.kv_cache.tokens_per_block,
-            max_batch_size=self._manifest.limits.max_batch_size,
-        )
+        return LoadReport(device=device)
 
     def _block_bytes(self) -> int:
         kv = self._manifest.kv_cache

@@ -148,14 +148,7 @@ class LlamaCppBackend:
         self._engine.start()
         await self._warm_up(warm_up)
         self._outputs = outputs
-        cells = self._context.n_ctx
-        return LoadReport(
-            device="cpu",
-            kv_cache_bytes=cells * self._manifest.kv_cache.bytes_per_token,
-            kv_blocks=cells,
-            tokens_per_block=1,
-            max_batch_size=self._context.n_seq_max,
-        )
+        return LoadReport(device="cpu")
 
     def _load(self) -> None:
         from orchestrator.backends.llamacpp.api import Context, ContextShape, Model

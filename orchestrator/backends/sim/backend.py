@@ -107,13 +107,8 @@ class SimBackend:
             "simulated %s x%d (%s, speed-up %g): %d KV tokens in %d blocks",
             facts.gpu, facts.gpu_count, facts.precision, self._speedup, self.kv_tokens, blocks,
         )
-        cache_bytes = blocks * kv.tokens_per_block * kv.bytes_per_token
         return LoadReport(
             device=f"sim:{facts.gpu}",
-            kv_cache_bytes=cache_bytes,
-            kv_blocks=blocks,
-            tokens_per_block=kv.tokens_per_block,
-            max_batch_size=manifest.limits.max_batch_size,
             device_bytes=device_bytes(
                 manifest.weights_bytes, self.kv_tokens, kv.bytes_per_token, self._spec.runtime_overhead_bytes
             ),

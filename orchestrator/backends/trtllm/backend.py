@@ -153,18 +153,10 @@ class TrtllmBackend:
         except BaseException:
             await self.close()  # a load that fails half way still shuts the executor down
             raise
-        stats = self.stats()  # the warm-up's steps report the cache the engine really allocated
-        kv = settings.manifest.kv_cache
         world_size = settings.manifest.parallel.world_size
         mode = "orchestrator mode, one executorWorker per rank" if world_size > 1 else "one GPU"
         log.info("TensorRT-LLM %s executor started: %s (world size %d)", self._runtime.version, mode, world_size)
-        return LoadReport(
-            device="cuda:0" if world_size == 1 else f"cuda:0-{world_size - 1}",
-            kv_cache_bytes=stats.kv_blocks_total * stats.tokens_per_block * kv.bytes_per_token,
-            kv_blocks=stats.kv_blocks_total,
-            tokens_per_block=stats.tokens_per_block,
-            max_batch_size=settings.manifest.limits.max_batch_size,
-        )
+        return LoadReport(device="cuda:0" if world_size == 1 else f"cuda:0-{world_size - 1}")
 
     async def _warm_up(self, streams: RequestStreams) -> None:
         """One short request through the whole path, so the first user request does not pay for it."""
