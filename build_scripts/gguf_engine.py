@@ -19,7 +19,7 @@ from pathlib import Path
 
 from build_scripts.environment import Environment
 from build_scripts.manifest_facts import build_info, model_facts, write_manifest
-from build_scripts.plan import BuildContext, Plan, Step, engine_folders, new_plan
+from build_scripts.plan import BuildContext, BuildStep, Plan, engine_folders, new_plan
 from build_scripts.sources import Checkpoint
 from build_scripts.spec import BuildOptions, BuildSpec
 from orchestrator.engine.manifest import MANIFEST_FILE, KvCacheFacts
@@ -36,21 +36,21 @@ def plan_gguf(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, en
              str(folders.staging / "tokenizer.json"), str(folders.scratch / CHECK_FILE))
     steps = (
         _weights_step(source, folders.staging / MODEL_FILE, spec.recipe.target.gguf_type),
-        Step("tokenizer", "write tokenizer.json and the chat template from the GGUF file's vocabulary",
+        BuildStep("tokenizer", "write tokenizer.json and the chat template from the GGUF file's vocabulary",
              action=write_tokenizer),
-        Step("check", "load the file with llama.cpp and compare its tokenisation with tokenizer.json", argv=check,
+        BuildStep("check", "load the file with llama.cpp and compare its tokenisation with tokenizer.json", argv=check,
              tool="gguf_check"),
-        Step("manifest", f"write {MANIFEST_FILE}", action=write_gguf_manifest),
+        BuildStep("manifest", f"write {MANIFEST_FILE}", action=write_gguf_manifest),
     )
     return new_plan(spec, options, checkpoint, env, steps, scratch=True)
 
 
-def _weights_step(source: Path, target: Path, gguf_type: str | None) -> Step:
+def _weights_step(source: Path, target: Path, gguf_type: str | None) -> BuildStep:
     """The source file linked in as it is, or (with a gguf_type) written as that type in a process of its own."""
     if gguf_type is None:
-        return Step("place", f"link (or copy) {source.name} into the engine as {MODEL_FILE}", action=place_gguf)
+        return BuildStep("place", f"link (or copy) {source.name} into the engine as {MODEL_FILE}", action=place_gguf)
     argv = (sys.executable, "-m", "build_scripts.gguf_requantize", str(source), str(target), gguf_type)
-    return Step("requantize", f"write {source.name}'s weights as {gguf_type} into the engine as {MODEL_FILE} "
+    return BuildStep("requantize", f"write {source.name}'s weights as {gguf_type} into the engine as {MODEL_FILE} "
                 "(llama.cpp's quantize API)", argv=argv, tool="gguf_requantize")
 
 

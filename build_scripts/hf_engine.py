@@ -14,7 +14,7 @@ from build_scripts.manifest_facts import (
     model_facts,
     write_manifest,
 )
-from build_scripts.plan import BuildContext, Plan, Step, new_plan
+from build_scripts.plan import BuildContext, BuildStep, Plan, new_plan
 from build_scripts.sources import Checkpoint
 from build_scripts.spec import BuildOptions, BuildSpec
 from orchestrator.engine.manifest import MANIFEST_FILE
@@ -23,13 +23,13 @@ from orchestrator.engine.manifest import MANIFEST_FILE
 def plan_hf(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment) -> Plan:
     source = checkpoint.path or Path("<checkpoint>")
     is_gguf = source.suffix == ".gguf"
-    convert = Step(
+    convert = BuildStep(
         "convert",
         f"{'dequantise' if is_gguf else 'convert'} {source.name} to {spec.recipe.target.dtype} safetensors "
         f"with its tokenizer, chat template and generation config",
         action=convert_gguf if is_gguf else convert_checkpoint,
     )
-    manifest = Step("manifest", f"write {MANIFEST_FILE}", action=write_hf_manifest)
+    manifest = BuildStep("manifest", f"write {MANIFEST_FILE}", action=write_hf_manifest)
     return new_plan(spec, options, checkpoint, env, (convert, manifest))
 
 

@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from build_scripts.plan import BuildContext, Plan, Step
+from build_scripts.plan import BuildContext, BuildStep, Plan
 from build_scripts.recipe import DTYPE_BYTES
 from build_scripts.sources import TOKENIZER_FILES
 from build_scripts.spec import rebuild_command
@@ -42,7 +42,7 @@ def copy_tokenizer(source: Path, target: Path) -> list[str]:
     return copied
 
 
-def copy_tokenizer_step(source: Path) -> Step:
+def copy_tokenizer_step(source: Path) -> BuildStep:
     """The step that ships the checkpoint's tokenizer files with the engine (tokenizer.json at least)."""
 
     def action(ctx: BuildContext) -> None:
@@ -52,7 +52,7 @@ def copy_tokenizer_step(source: Path) -> Step:
         print(f"copied {', '.join(copied)}")
 
     names = ", ".join(name for name in TOKENIZER_FILES if name != "tokenizer.model")
-    return Step("tokenizer", f"copy {names} (those present) from {source}", action=action)
+    return BuildStep("tokenizer", f"copy {names} (those present) from {source}", action=action)
 
 
 def _read_json(path: Path) -> dict:

