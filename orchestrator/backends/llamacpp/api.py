@@ -48,7 +48,9 @@ def binding_version() -> str:
 
 
 @dataclass(frozen=True)
-class ModelFacts:
+class GgufFacts:
+    """What llama.cpp reads from a GGUF file: the model's shape, size, template and end-of-generation tokens."""
+
     n_vocab: int
     n_layer: int
     n_head_kv: int
@@ -75,13 +77,13 @@ class Model:
             raise RuntimeError(f"llama.cpp could not load {path}")
         self.vocab = lib.llama_model_get_vocab(self.handle)
 
-    def facts(self) -> ModelFacts:
+    def facts(self) -> GgufFacts:
         lib, model, vocab = self._lib, self.handle, self.vocab
         n_vocab = lib.llama_vocab_n_tokens(vocab)
         description = ctypes.create_string_buffer(256)
         lib.llama_model_desc(model, description, len(description))
         template = lib.llama_model_chat_template(model, None)
-        return ModelFacts(
+        return GgufFacts(
             n_vocab=n_vocab,
             n_layer=lib.llama_model_n_layer(model),
             n_head_kv=lib.llama_model_n_head_kv(model),

@@ -39,7 +39,7 @@ class Slot:
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class SlotPlan:
     """Where a new request goes: its slot, a RAM entry to restore into it first (or None), and how many
     prompt tokens are already computed there."""
 
@@ -48,7 +48,7 @@ class Placement:
     reuse: int
 
 
-def place(prompt: tuple[int, ...], free: list[Slot], saved: list[tuple[int, ...]]) -> Placement:
+def place(prompt: tuple[int, ...], free: list[Slot], saved: list[tuple[int, ...]]) -> SlotPlan:
     """Choose the slot for `prompt` among the free slots (at least one), and whether to restore a saved state.
 
     At least one prompt token is always left to compute: its logits give the first output token."""
@@ -62,8 +62,8 @@ def place(prompt: tuple[int, ...], free: list[Slot], saved: list[tuple[int, ...]
             best_saved, saved_reuse = tokens, reuse
     if best_saved is not None and saved_reuse > slot_reuse:
         oldest = min(free, key=lambda s: (s.last_used, len(s.tokens)))
-        return Placement(oldest, best_saved, saved_reuse)
-    return Placement(best_slot, None, slot_reuse)
+        return SlotPlan(oldest, best_saved, saved_reuse)
+    return SlotPlan(best_slot, None, slot_reuse)
 
 
 def worth_saving(tokens: list[int], saved: list[tuple[int, ...]]) -> bool:

@@ -120,7 +120,7 @@ class SequenceSampler:
 
 
 @dataclass(slots=True)
-class Choice:
+class Sampled:
     """What sampling chose for one row."""
 
     token: int
@@ -129,14 +129,14 @@ class Choice:
     error: str | None = None  # the sequence cannot go on (NoTokenAllowed)
 
 
-def sample(logits: np.ndarray, samplers: list[SequenceSampler]) -> list[Choice]:
+def sample(logits: np.ndarray, samplers: list[SequenceSampler]) -> list[Sampled]:
     """Choose one token per row of `logits` ([rows, vocab], modified in place) for the sequence in the same
     place of `samplers`. Does not call `accept`: the caller does once the token is kept."""
     for index, sampler in enumerate(samplers):
         if sampler.needs_adjusting():
             sampler.adjust(logits[index])
     greedy = [i for i, s in enumerate(samplers) if s.request.sampling.greedy]
-    choices: list[Choice | None] = [None] * len(samplers)
+    choices: list[Sampled | None] = [None] * len(samplers)
     if greedy:
         rows = logits if len(greedy) == len(samplers) else logits[greedy]
         for i, token in zip(greedy, np.argmax(rows, axis=1).tolist(), strict=True):
@@ -159,24 +159,24 @@ def _top(values: np.ndarray, count: int) -> np.ndarray:
     return part[np.lexsort((part, -values[part]))]
 
 
-def _greedy_choice(row: np.ndarray, token: int, request: EngineRequest) -> Choice:
+def _greedy_choice(row: np.ndarray, token: int, request: EngineRequest) -> Sampled:
     if not np.isfinite(row[token]):
-        return Choice(token, error="no token is allowed at this position")
+        return Sampled(token, error="no token is allowed at this position")
     return _with_logprobs(row, token, request)
 
 
-def _with_logprobs(row: np.ndarray, token: int, request: EngineRequest) -> Choice:
+def _with_logprobs(row: np.ndarray, token: int, request: EngineRequest) -> Sampled:
     """The choice, with its log probability and the `top_logprobs` most likely tokens where asked: under the
     model's distribution for this row (after the request's logit bias, penalties and grammar), before
     temperature, top-k, top-p and min-p, which shape the draw, not what the model thinks (as OpenAI reports)."""
     if not request.logprobs:
-        return Choice(token)
+        return Sampled(token)
     lse = _logsumexp(row)
     top = None
     if request.top_logprobs:
         best = _top(row, request.top_logprobs)
         top = [(int(t), float(row[t] - lse)) for t in best if np.isfinite(row[t])]
-    return Choice(token, float(row[token] - lse), top)
+    return Sampled(token, float(row[token] - lse), top)
 
 
 def _kept(scaled: np.ndarray, s) -> tuple[np.ndarray | None, np.ndarray]:
@@ -220,10 +220,10 @@ def _wide_nucleus(probs: np.ndarray, top_p: float, below: float) -> tuple[np.nda
     return ids, probs[ids]
 
 
-def _sampled_choice(row: np.ndarray, sampler: SequenceSampler) -> Choice:
+def _sampled_choice(row: np.ndarray, sampler: SequenceSampler) -> Sampled:
     s = sampler.request.sampling
     if not np.isfinite(row.max()):
-        return Choice(0, error="no token is allowed at this position")
+        return Sampled(0, error="no token is allowed at this position")
     ids, probs = _kept(row / np.float32(s.temperature), s)
     if s.min_p > 0.0:
         keep = probs >= s.min_p * probs.max()
