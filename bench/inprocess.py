@@ -22,7 +22,7 @@ from orchestrator.backends import create_backend
 from orchestrator.backends.options import options_for
 from orchestrator.backends.protocol import Backend, BackendSettings
 from orchestrator.bench.options import BenchOptions
-from orchestrator.bench.record import RequestRecord
+from orchestrator.bench.record import RequestTiming
 from orchestrator.bench.run import Baseline, Show, Workload
 from orchestrator.bench.senders import RequestShape
 from orchestrator.bench.series import CpuProbe, run_levels, warm_up
@@ -123,9 +123,9 @@ class InProcessSender:
         request = engine_request(f"bench-{next(self._ids)}", ids, spec.osl, self.shape.temperature, self.shape.ignore_eos)
         return spec.model, request
 
-    async def send(self, prepared: tuple[str, EngineRequest]) -> RequestRecord:
+    async def send(self, prepared: tuple[str, EngineRequest]) -> RequestTiming:
         model, request = prepared
-        record = RequestRecord(model, time.perf_counter(), output_tokens=0, prompt_tokens=len(request.prompt_ids))
+        record = RequestTiming(model, time.perf_counter(), output_tokens=0, prompt_tokens=len(request.prompt_ids))
 
         def on_tokens(count: int, now: float) -> None:
             record.token_times.append(now)

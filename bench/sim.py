@@ -29,7 +29,7 @@ from orchestrator.backends.sim.backend import THREAD_NAME, SimBackend
 from orchestrator.backends.sim.corpus import corpus_tokens
 from orchestrator.backends.sim.engine import SimEngine
 from orchestrator.backends.sim.spec import SimSpec, load_sim_spec
-from orchestrator.bench.record import RequestRecord
+from orchestrator.bench.record import RequestTiming
 from orchestrator.bench.stats import percentile, rounded
 from orchestrator.engine.manifest import EngineManifest, load_manifest
 from orchestrator.engine.request import EngineRequest, SamplingParams
@@ -83,13 +83,13 @@ def predicted(spec: SimSpec, manifest: EngineManifest, blocks: int, requests: li
     return elapsed / 1e3, (produced - warm[1]) / (elapsed - warm[0]) * 1e3, steps
 
 
-async def drive(streams: RequestStreams, requests: list[EngineRequest], concurrency: int) -> tuple[list[RequestRecord], float]:
+async def drive(streams: RequestStreams, requests: list[EngineRequest], concurrency: int) -> tuple[list[RequestTiming], float]:
     pending = iter(requests)
-    timings: list[RequestRecord] = []
+    timings: list[RequestTiming] = []
 
     async def client() -> None:
         for request in pending:
-            timing = RequestRecord("sim", time.perf_counter(), output_tokens=0)
+            timing = RequestTiming("sim", time.perf_counter(), output_tokens=0)
             async for delta in streams.stream(request):
                 if delta.token_ids:
                     timing.token_times.append(time.perf_counter())

@@ -21,7 +21,7 @@ from pathlib import Path
 from orchestrator import aio
 from orchestrator.bench.cli import stoppable
 from orchestrator.bench.prompts import WORDS
-from orchestrator.bench.record import RequestRecord
+from orchestrator.bench.record import RequestTiming
 from orchestrator.bench.report import machine, versions, write
 from orchestrator.bench.senders import HttpSender, RequestShape
 from orchestrator.bench.stats import percentile
@@ -58,7 +58,7 @@ class _Client:
     async def ttft(self, model: str) -> float:
         self._count += 1
         prompt = " ".join(WORDS[(self._count * 7 + i) % len(WORDS)] for i in range(12))
-        record: RequestRecord = await self._sender.send(self._sender.prepare(RequestSpec(self._count, model, 12, self._osl), prompt))
+        record: RequestTiming = await self._sender.send(self._sender.prepare(RequestSpec(self._count, model, 12, self._osl), prompt))
         if not record.ok:
             raise RuntimeError(f"{model}: {record.error}")
         return record.ttft

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import orjson
 
 from orchestrator.bench.http_client import Connection, ConnectionPool, HttpError, post_pooled, request_head
-from orchestrator.bench.record import RequestRecord
+from orchestrator.bench.record import RequestTiming
 from orchestrator.bench.senders import RequestShape, request_body
 from orchestrator.bench.sse import SseCounter
 from orchestrator.bench.workload import RequestSpec
@@ -61,7 +61,7 @@ class CheckedStream(SseCounter):
 
     __slots__ = ("connection", "cut", "cut_after_events", "finish_reason")
 
-    def __init__(self, record: RequestRecord, chat: bool, cut_after_events: int | None):
+    def __init__(self, record: RequestTiming, chat: bool, cut_after_events: int | None):
         super().__init__(record, chat)
         self.connection: Connection | None = None
         self.cut_after_events = cut_after_events
@@ -125,7 +125,7 @@ def _check_stream(kind: str, stream: CheckedStream, note: str | None = None) -> 
 
 async def send_stream(pool: ConnectionPool, generation: Generation, timeout_s: float) -> Outcome:
     """A stream read to its end on a pooled connection."""
-    stream = CheckedStream(RequestRecord(generation.model, time.perf_counter()), generation.chat, None)
+    stream = CheckedStream(RequestTiming(generation.model, time.perf_counter()), generation.chat, None)
     try:
         status, connection = await post_pooled(pool, _request(pool, generation), stream, timeout_s)
     except (HttpError, OSError) as exc:  # TimeoutError is an OSError
@@ -157,7 +157,7 @@ async def send_complete(pool: ConnectionPool, generation: Generation, timeout_s:
 
 async def send_cut(pool: ConnectionPool, generation: Generation, timeout_s: float) -> Outcome:
     """A stream the client cuts at its planned point, on a connection of its own."""
-    stream = CheckedStream(RequestRecord(generation.model, time.perf_counter()), generation.chat,
+    stream = CheckedStream(RequestTiming(generation.model, time.perf_counter()), generation.chat,
                            generation.cut_after_events)
     loop = asyncio.get_running_loop()
     try:

@@ -15,7 +15,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 
-class Sink(Protocol):
+class BodySink(Protocol):
     def feed(self, data: bytes, now: float) -> None: ...
 
 
@@ -34,7 +34,7 @@ class Connection(asyncio.Protocol):
         self.error_body = bytearray()  # the body of a response other than 200
         self.received_any = False  # any byte of the current response arrived
         self._done: asyncio.Future[int] | None = None
-        self._sink: Sink | None = None
+        self._sink: BodySink | None = None
         self._head = b""
         self._mode = ""  # "chunked" | "length" | "close"
         self._left = 0  # bytes left in the current chunk, or of a length-delimited body
@@ -73,7 +73,7 @@ class Connection(asyncio.Protocol):
             self._read_body(data, now)
 
     # -- one request ------------------------------------------------------------------------------------------
-    async def post(self, request: bytes, sink: Sink, timeout_s: float) -> int:
+    async def post(self, request: bytes, sink: BodySink, timeout_s: float) -> int:
         """Send `request` (head and body bytes) and feed a 200 response's body to `sink`; returns the status.
         A non-200 body is kept in `error_body`. Raises HttpError or TimeoutError."""
         if self.closed or self.transport is None:
@@ -91,7 +91,7 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.close()
 
-    def _start(self, sink: Sink, done: asyncio.Future) -> None:
+    def _start(self, sink: BodySink, done: asyncio.Future) -> None:
         self._sink, self._done = sink, done
         self.status, self.error_body, self.received_any, self.reusable = 0, bytearray(), False, False
         self._mode, self._left, self._pending, self._after_data, self._trailers = "", 0, b"", False, False
@@ -237,7 +237,7 @@ class ConnectionPool:
         self._idle.clear()
 
 
-async def post_pooled(pool: ConnectionPool, request: bytes, sink: Sink, timeout_s: float) -> tuple[int, Connection]:
+async def post_pooled(pool: ConnectionPool, request: bytes, sink: BodySink, timeout_s: float) -> tuple[int, Connection]:
     """Send `request` on one of the pool's connections (see Connection.post): the status, and the connection,
     back in the pool when its response ended cleanly (closed otherwise). A kept-alive connection the server
     had closed meanwhile, before answering anything, is left for another. Raises OSError when no connection

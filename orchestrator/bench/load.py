@@ -8,14 +8,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from orchestrator.bench.record import RequestRecord
+from orchestrator.bench.record import RequestTiming
 
-Send = Callable[[object], Awaitable[RequestRecord]]
+Send = Callable[[object], Awaitable[RequestTiming]]
 
 
 @dataclass
 class LevelRun:
-    records: list[RequestRecord]
+    records: list[RequestTiming]
     wall_s: float  # first send to last response
     client_cpu_s: float  # CPU of the thread running the event loop (the client) during the level
     send_lag_s: list[float] = field(default_factory=list)  # open loop: how late each request went out
@@ -29,7 +29,7 @@ async def run_closed(send: Send, prepared: list, concurrency: int, duration_s: f
     if concurrency < 1:
         raise ValueError(f"--concurrency must be at least 1 (got {concurrency})")
     pending = iter(prepared)
-    records: list[RequestRecord] = []
+    records: list[RequestTiming] = []
     cpu0, started = time.thread_time(), time.perf_counter()
     deadline = None if duration_s is None else started + duration_s
     timed_out = False
@@ -52,7 +52,7 @@ async def run_closed(send: Send, prepared: list, concurrency: int, duration_s: f
 
 async def run_open(send: Send, prepared: list, arrivals: list[float]) -> LevelRun:
     """Send prepared[i] at arrivals[i] seconds from the start, never waiting for earlier requests."""
-    records: list[RequestRecord] = []
+    records: list[RequestTiming] = []
     lags: list[float] = []
     in_flight = peak = 0
     tasks = set()

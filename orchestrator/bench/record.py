@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
-class RequestRecord:
+class RequestTiming:
     """Timestamps (time.perf_counter seconds) and counts of one request.
 
     `token_times` holds one timestamp per output-bearing chunk (an SSE event with new text, or one engine

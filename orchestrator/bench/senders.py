@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from orchestrator.bench.http_client import ConnectionPool, HttpError, post_pooled, request_head
-from orchestrator.bench.record import RequestRecord
+from orchestrator.bench.record import RequestTiming
 from orchestrator.bench.sse import SseCounter
 from orchestrator.bench.workload import RequestSpec
 
@@ -20,7 +20,7 @@ from orchestrator.bench.workload import RequestSpec
 class Sender(Protocol):
     def prepare(self, spec: RequestSpec, prompt: str) -> object: ...
 
-    async def send(self, prepared: object) -> RequestRecord: ...
+    async def send(self, prepared: object) -> RequestTiming: ...
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ class HttpSender:
         body = orjson.dumps(request_body(spec, prompt, self.shape))
         return HttpRequest(spec.model, request_head(self._pool.host_header, self._path, len(body), self._api_key) + body)
 
-    async def send(self, request: HttpRequest) -> RequestRecord:
-        record = RequestRecord(request.model, time.perf_counter())
+    async def send(self, request: HttpRequest) -> RequestTiming:
+        record = RequestTiming(request.model, time.perf_counter())
         counter = SseCounter(record, self.shape.chat)
         try:
             status, connection = await post_pooled(self._pool, request.data, counter, self._timeout_s)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import orjson
 
-from orchestrator.bench.record import RequestRecord
+from orchestrator.bench.record import RequestTiming
 
 CHAT_TEXT_KEYS = (b'"content":', b'"reasoning_content":', b'"reasoning":')
 COMPLETION_TEXT_KEYS = (b'"text":',)
@@ -19,12 +19,12 @@ _ERROR_KEY_WITHIN = 16  # an error event's "error" is its first key: {"error": {
 
 
 class SseCounter:
-    """Feeds one response body's bytes (any split: half an event, several events) into a RequestRecord:
+    """Feeds one response body's bytes (any split: half an event, several events) into a RequestTiming:
     a timestamp per output-bearing event, every data event counted, usage and errors parsed."""
 
     __slots__ = ("_buffer", "_keys", "_separator", "done", "record")
 
-    def __init__(self, record: RequestRecord, chat: bool):
+    def __init__(self, record: RequestTiming, chat: bool):
         self.record = record
         self.done = False  # `data: [DONE]` seen
         self._keys = CHAT_TEXT_KEYS if chat else COMPLETION_TEXT_KEYS

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.bench.record import RequestRecord
+from orchestrator.bench.record import RequestTiming
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -43,7 +43,7 @@ class Slo:
     """A service-level objective per request; a bound left as None is not checked."""
 
     ttft_s: float | None = None
-    itl_s: float | None = None  # bounds the request's own mean inter-chunk latency (RequestRecord.mean_itl)
+    itl_s: float | None = None  # bounds the request's own mean inter-chunk latency (RequestTiming.mean_itl)
     e2e_s: float | None = None
 
     @classmethod
@@ -63,7 +63,7 @@ class Slo:
     def as_dict(self) -> dict:
         return {"ttft_s": self.ttft_s, "itl_s": self.itl_s, "e2e_s": self.e2e_s}
 
-    def met_by(self, record: RequestRecord) -> bool:
+    def met_by(self, record: RequestTiming) -> bool:
         """True when the request succeeded and meets every bound. A request with a single output chunk
         has no inter-chunk latency and meets any ITL bound."""
         if not record.ok or record.ttft is None:

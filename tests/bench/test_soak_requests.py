@@ -11,7 +11,7 @@ from bench.soak.bad_requests import bad_requests, openai_error
 from bench.soak.requests import CheckedStream, _check_stream
 from bench.soak.traffic import Mix, generation
 from orchestrator.bench.http_client import Connection
-from orchestrator.bench.record import RequestRecord
+from orchestrator.bench.record import RequestTiming
 
 
 def test_only_openai_error_objects_pass():
@@ -38,27 +38,27 @@ def chunk(text: str, finish: str | None = None) -> bytes:
 
 
 def test_a_stream_passes_only_with_a_finish_reason_and_done():
-    whole = CheckedStream(RequestRecord("m", 0.0), chat=False, cut_after_events=None)
+    whole = CheckedStream(RequestTiming("m", 0.0), chat=False, cut_after_events=None)
     whole.feed(chunk("Hello") + chunk(" world"), 1.0)
     whole.feed(chunk("", "length") + b"data: [DONE]\n\n", 2.0)
     assert (whole.done, whole.finish_reason) == (True, "length")
     assert _check_stream("stream", whole).failure is None
 
-    unfinished = CheckedStream(RequestRecord("m", 0.0), chat=False, cut_after_events=None)
+    unfinished = CheckedStream(RequestTiming("m", 0.0), chat=False, cut_after_events=None)
     unfinished.feed(chunk("Hello") + b"data: [DONE]\n\n", 1.0)
     assert _check_stream("stream", unfinished).failure == "no finish reason"
 
-    cut_short = CheckedStream(RequestRecord("m", 0.0), chat=False, cut_after_events=None)
+    cut_short = CheckedStream(RequestTiming("m", 0.0), chat=False, cut_after_events=None)
     cut_short.feed(chunk("Hello", "stop"), 1.0)
     assert _check_stream("stream", cut_short).failure == "no [DONE]"
 
-    errored = CheckedStream(RequestRecord("m", 0.0), chat=False, cut_after_events=None)
+    errored = CheckedStream(RequestTiming("m", 0.0), chat=False, cut_after_events=None)
     errored.feed(b'data: {"error": {"message": "engine died"}}\n\ndata: [DONE]\n\n', 1.0)
     assert _check_stream("stream", errored).failure == "error event in the stream"
 
 
 def test_a_planned_cut_closes_the_connection_at_its_event():
-    stream = CheckedStream(RequestRecord("m", 0.0), chat=False, cut_after_events=2)
+    stream = CheckedStream(RequestTiming("m", 0.0), chat=False, cut_after_events=2)
     stream.connection = Connection()  # not connected: closing it does nothing but mark the cut
     stream.feed(chunk("a"), 1.0)
     assert not stream.cut

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from orchestrator.bench.http_client import Connection
-from orchestrator.bench.record import RequestRecord
+from orchestrator.bench.record import RequestTiming
 from orchestrator.bench.sse import SseCounter
 
 
@@ -47,8 +47,8 @@ TEXTS = ["Hello", " wor", "ld", ' "quoted"', "", '""', "content\\\":\\\"", " \u0
 WITH_TEXT = sum(1 for t in TEXTS if t)
 
 
-def _feed(stream: bytes, cuts: list[int], chat: bool) -> RequestRecord:
-    record = RequestRecord("m", 0.0)
+def _feed(stream: bytes, cuts: list[int], chat: bool) -> RequestTiming:
+    record = RequestTiming("m", 0.0)
     counter = SseCounter(record, chat)
     edges = [0, *sorted(cuts), len(stream)]
     for number, (start, end) in enumerate(itertools.pairwise(edges)):

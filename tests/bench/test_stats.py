@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.bench.load import LevelRun
-from orchestrator.bench.record import RequestRecord
+from orchestrator.bench.record import RequestTiming
 from orchestrator.bench.stats import Slo, distribution, percentile
 from orchestrator.bench.summary import summarise
 
@@ -42,7 +42,7 @@ def test_slo_parse_and_refusals():
 
 
 def _record(sent: float, times: list[float], end: float, tokens: int | None = None, error: str | None = None):
-    return RequestRecord("m", sent, list(times), end, tokens, 10, len(times) + 1, error)
+    return RequestTiming("m", sent, list(times), end, tokens, 10, len(times) + 1, error)
 
 
 def test_slo_checks_ttft_and_the_requests_own_mean_itl():
