@@ -1,4 +1,4 @@
-"""`inferno build` and `inferno models catalog`.
+"""`inferno build` and `inferno models catalogue`.
 
 The only place the build reads environment variables (INFERNO_ENGINES_DIR, INFERNO_RECIPES_DIR,
 INFERNO_TRTLLM_EXAMPLES, the Hugging Face cache variables, CUDA_VISIBLE_DEVICES); everything below
@@ -15,8 +15,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from build_scripts.catalog import RecipeError, find_recipe, load_catalog
-from build_scripts.catalog_view import render_catalog
+from build_scripts.catalogue import RecipeError, find_recipe, load_catalogue
+from build_scripts.catalogue_view import render_catalogue
 from build_scripts.environment import probe
 from build_scripts.gguf_engine import plan_gguf
 from build_scripts.hf_engine import plan_hf
@@ -40,7 +40,7 @@ def _recipe_dirs(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Path
 
 def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inferno build", description="Build an engine ahead of time.")
-    parser.add_argument("model", help="a catalog name (see: inferno models catalog)")
+    parser.add_argument("model", help="a catalogue name (see: inferno models catalogue)")
     parser.add_argument("--checkpoint", type=Path, help="local checkpoint folder, or a .gguf file for llamacpp "
                         "recipes (default: the recipe's source)")
     parser.add_argument(
@@ -134,7 +134,7 @@ def build_command(argv: list[str], env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
     args = _parser(env).parse_args(argv)
     try:
-        recipe = find_recipe(load_catalog(_recipe_dirs(args, env)), args.model)
+        recipe = find_recipe(load_catalogue(_recipe_dirs(args, env)), args.model)
         options = options_from(args, env)
         spec = resolve_spec(recipe, options)
         checkpoint = resolve_checkpoint(recipe, options.checkpoint, options.hf_hub_cache)
@@ -167,15 +167,15 @@ def _run(plan: Plan) -> int:
         return 1
 
 
-def catalog_command(argv: list[str], env: Mapping[str, str] | None = None) -> int:
+def catalogue_command(argv: list[str], env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
-    parser = argparse.ArgumentParser(prog="inferno models catalog", description="What can be built.")
+    parser = argparse.ArgumentParser(prog="inferno models catalogue", description="What can be built.")
     parser.add_argument("--recipes-dir", type=Path, help="extra folder of recipe .toml files")
     args = parser.parse_args(argv)
     try:
-        catalog = load_catalog(_recipe_dirs(args, env))
+        catalogue = load_catalogue(_recipe_dirs(args, env))
     except RecipeError as exc:
-        print(f"inferno models catalog: {exc}", file=sys.stderr)
+        print(f"inferno models catalogue: {exc}", file=sys.stderr)
         return 2
-    print(render_catalog(catalog))
+    print(render_catalogue(catalogue))
     return 0

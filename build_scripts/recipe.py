@@ -1,4 +1,4 @@
-"""One build recipe (a TOML file in the catalog), validated by pydantic.
+"""One build recipe (a TOML file in the catalogue), validated by pydantic.
 
 A recipe says what to build and how: the source checkpoint, the target (backend, artifact format, dtype,
 GPU architecture), how to convert and which quantisations are allowed, the build limits, the

@@ -1,6 +1,6 @@
 """What a build needs from the machine, estimated from the recipe alone (no checkpoint, no GPU needed).
 
-Shared by preflight (which compares it with the machine) and `inferno models catalog` (which lists it).
+Shared by preflight (which compares it with the machine) and `inferno models catalogue` (which lists it).
 """
 
 from __future__ import annotations

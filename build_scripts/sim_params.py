@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from build_scripts.catalog import RecipeError
+from build_scripts.catalogue import RecipeError
 from build_scripts.spec import BuildOptions, BuildSpec
 from orchestrator.backends.sim import memory
 from orchestrator.backends.sim.spec import SimSpec

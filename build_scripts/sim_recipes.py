@@ -1,4 +1,4 @@
-"""Simulated engines in the catalog: every TensorRT-LLM recipe with a [shape] has a `<name>-sim` variant.
+"""Simulated engines in the catalogue: every TensorRT-LLM recipe with a [shape] has a `<name>-sim` variant.
 
 The variant keeps what the simulation is sized by (the model's shape, parameters, limits, KV block size,
 parallelism, allowed quantisations, generation defaults) and builds a `sim` engine: no checkpoint, no GPU
@@ -26,11 +26,11 @@ def sim_variant(recipe: Recipe) -> Recipe:
     return Recipe.model_validate(data)
 
 
-def with_sim_variants(catalog: dict[str, Recipe]) -> dict[str, Recipe]:
-    """The catalog plus the sim variant of each TensorRT-LLM recipe with a shape (a recipe of that name wins)."""
+def with_sim_variants(catalogue: dict[str, Recipe]) -> dict[str, Recipe]:
+    """The catalogue plus the sim variant of each TensorRT-LLM recipe with a shape (a recipe of that name wins)."""
     variants = {
         recipe.name + SUFFIX: sim_variant(recipe)
-        for recipe in catalog.values()
-        if recipe.target.backend == "trtllm" and recipe.shape is not None and recipe.name + SUFFIX not in catalog
+        for recipe in catalogue.values()
+        if recipe.target.backend == "trtllm" and recipe.shape is not None and recipe.name + SUFFIX not in catalogue
     }
-    return {**catalog, **variants}
+    return {**catalogue, **variants}

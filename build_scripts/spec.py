@@ -1,7 +1,7 @@
 """What will be built: the user's options (`BuildOptions`) applied to a recipe and checked (`BuildSpec`).
 
-Plain data, shared by the planners, preflight, the requirements estimate, the catalog view and the manifest
-(which records the command that rebuilds the engine). Of the build, it imports only the recipe and the catalog's
+Plain data, shared by the planners, preflight, the requirements estimate, the catalogue view and the manifest
+(which records the command that rebuilds the engine). Of the build, it imports only the recipe and the catalogue's
 RecipeError, so every other module can import it.
 """
 
@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from build_scripts.catalog import RecipeError
+from build_scripts.catalogue import RecipeError
 from build_scripts.recipe import DTYPE_BYTES, FP8_MIN_SM, PORTABLE_BACKENDS, Quantization, Recipe
 
 DEFAULT_EXAMPLES = Path("/app/tensorrt_llm/examples")  # where the official TensorRT-LLM container has them

@@ -1,4 +1,4 @@
-"""The `inferno` command: serve, build, models catalog, bench."""
+"""The `inferno` command: serve, build, models catalogue, bench."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ USAGE = """usage: inferno <command> [options]
 commands:
   serve             serve every engine under engines/ (inferno serve --help lists the settings)
   build MODEL       build an engine ahead of time (inferno build --help)
-  models catalog    list the models that can be built
+  models catalogue    list the models that can be built
   bench             benchmark an OpenAI-compatible server (inferno bench --help)
   keys new NAME     make an API key and its keys-file entry (its hash)
   keys hash         hash a key read from standard input, for a keys file
@@ -39,10 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.access.keys_command import keys_command
 
         return keys_command(rest)
-    if command == "models" and rest[:1] == ["catalog"]:
-        from build_scripts.cli import catalog_command
+    if command == "models" and rest[:1] in (["catalogue"], ["catalog"]):  # the older spelling still works
+        from build_scripts.cli import catalogue_command
 
-        return catalog_command(rest[1:])
+        return catalogue_command(rest[1:])
     print(USAGE, file=sys.stderr)
     return 2
 

@@ -87,7 +87,7 @@ def _data_dir(tmp_path_factory) -> Iterator[None]:
 
 
 def build_engine(recipe: str) -> Path:
-    """A catalog recipe's engine under ENGINES, built once (a cache hit when it is built already)."""
+    """A catalogue recipe's engine under ENGINES, built once (a cache hit when it is built already)."""
     result = subprocess.run(
         [sys.executable, "-m", "orchestrator", "build", recipe, "--engines-dir", str(ENGINES)],
         capture_output=True,

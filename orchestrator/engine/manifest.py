@@ -39,7 +39,7 @@ class _Frozen(BaseModel):
 
 
 class ModelFacts(_Frozen):
-    recipe: str  # catalog entry the engine was built from
+    recipe: str  # catalogue entry the engine was built from
     architecture: str  # e.g. LlamaForCausalLM
     source: str  # where the weights came from (checkpoint path, wheel)
     parameters: int = Field(ge=0)

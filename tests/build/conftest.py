@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from build_scripts.catalog import load_catalog
+from build_scripts.catalogue import load_catalogue
 from build_scripts.environment import Environment
 from build_scripts.sources import resolve_checkpoint
 from build_scripts.spec import BuildOptions, resolve_spec
@@ -67,8 +67,8 @@ def machine(gpus: int = 8, name: str = H100, cc: tuple[int, int] = (9, 0), **cha
 
 
 @pytest.fixture(scope="session")
-def catalog():
-    return load_catalog()
+def catalogue():
+    return load_catalogue()
 
 
 STANDIN = Path(__file__).parent / "standins" / "trtllm_tools.py"
@@ -76,7 +76,7 @@ STANDIN = Path(__file__).parent / "standins" / "trtllm_tools.py"
 
 @pytest.fixture
 def examples(tmp_path) -> Path:
-    """A TensorRT-LLM examples/ folder holding the scripts the catalog's recipes run, as TEST DOUBLES."""
+    """A TensorRT-LLM examples/ folder holding the scripts the catalogue's recipes run, as TEST DOUBLES."""
     folder = tmp_path / "examples"
     for script in ("models/core/llama/convert_checkpoint.py", "models/core/qwen/convert_checkpoint.py",
                    "quantization/quantize.py"):

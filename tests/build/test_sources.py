@@ -45,17 +45,17 @@ def test_the_snapshot_refs_main_points_at_wins(tmp_path):
     assert find_in_hf_cache(tmp_path, "someone/else") is None
 
 
-def test_a_cached_checkpoint_is_used_when_none_is_given(catalog, tmp_path):
+def test_a_cached_checkpoint_is_used_when_none_is_given(catalogue, tmp_path):
     folder = snapshot(tmp_path, "abc123")
-    found = resolve_checkpoint(catalog["llama3-8b"], None, tmp_path)
+    found = resolve_checkpoint(catalogue["llama3-8b"], None, tmp_path)
     assert (found.path, found.problem) == (folder, None)
     assert "in the Hugging Face cache" in found.origin
     assert set(found.identity) == {"config.json", "tokenizer.json", "model.safetensors"}
 
 
-def test_a_given_folder_wins_over_the_cache(catalog, tmp_path, hf_folder):
+def test_a_given_folder_wins_over_the_cache(catalogue, tmp_path, hf_folder):
     snapshot(tmp_path / "hub", "abc123")
-    found = resolve_checkpoint(catalog["llama3-8b"], hf_folder, tmp_path / "hub")
+    found = resolve_checkpoint(catalogue["llama3-8b"], hf_folder, tmp_path / "hub")
     assert found.path == hf_folder and found.origin == "--checkpoint"
 
 
@@ -72,6 +72,6 @@ def test_folder_problems_name_what_is_missing(tmp_path):
     assert folder_problem(gguf).endswith("is a file; give its folder")  # TensorRT-LLM converts folders only
 
 
-def test_the_embedded_default_comes_from_its_wheel(catalog):
-    found = resolve_checkpoint(catalog["smollm2-135m"], None, None)
+def test_the_embedded_default_comes_from_its_wheel(catalogue):
+    found = resolve_checkpoint(catalogue["smollm2-135m"], None, None)
     assert found.problem is None and found.path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -19,19 +19,19 @@ from tests.build.conftest import H100, machine, make_plan
 
 
 @pytest.fixture
-def plan_for(catalog, default_engine, examples, trtllm_build, tmp_path):
+def plan_for(catalogue, default_engine, examples, trtllm_build, tmp_path):
     def plan(**options):
         env = machine(gpus=2, python=sys.executable, trtllm_build=trtllm_build)
         options = {"checkpoint": default_engine, "trtllm_examples": examples, "engines_dir": tmp_path / "engines",
                    **options}
-        made = make_plan(catalog["llama3-8b"], env, **options)
+        made = make_plan(catalogue["llama3-8b"], env, **options)
         assert preflight(made) == ()
         return made
 
     return plan
 
 
-def test_an_fp8_tp2_engine_folder_and_its_manifest(plan_for, catalog, default_engine):
+def test_an_fp8_tp2_engine_folder_and_its_manifest(plan_for, catalogue, default_engine):
     plan = plan_for(quant="fp8", tp=2)
     output = run_plan(plan)
     assert sorted(p.name for p in output.iterdir()) == [
@@ -40,7 +40,7 @@ def test_an_fp8_tp2_engine_folder_and_its_manifest(plan_for, catalog, default_en
     ]
     assert list(output.parent.iterdir()) == [output]  # the scratch folder and the tool's stray files are gone
     manifest = load_manifest(output)
-    recipe = catalog["llama3-8b"]
+    recipe = catalogue["llama3-8b"]
     assert (manifest.backend, manifest.engine_format, manifest.quantization) == ("trtllm", "trt-engine", "fp8")
     assert (manifest.parallel.tp_size, manifest.parallel.world_size) == (2, 2)
     assert manifest.limits == recipe.limits

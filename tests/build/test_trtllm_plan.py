@@ -1,4 +1,4 @@
-"""The TensorRT-LLM planner, for every catalog entry: bf16, FP8, every allowed TP size.
+"""The TensorRT-LLM planner, for every catalogue entry: bf16, FP8, every allowed TP size.
 
 Each plan is held to the project's table of TensorRT-LLM 1.2 flags (build_scripts/trtllm_flags.py),
 independently of the `flag()` helper the planner uses.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from build_scripts.catalog import RecipeError, load_catalog
+from build_scripts.catalogue import RecipeError, load_catalogue
 from build_scripts.preflight import preflight
 from build_scripts.trtllm_flags import BUILD_TOOL, CONVERT_TOOL, FLAGS, QUANTIZE_TOOL
 from tests.build.conftest import machine, make_plan
@@ -17,8 +17,8 @@ TABLE = {(spec.tool, spec.name): spec for spec in FLAGS}
 
 
 def variants():
-    """(recipe name, quant, tp) for every build the shipped catalog allows."""
-    for name, recipe in sorted(load_catalog().items()):
+    """(recipe name, quant, tp) for every build the shipped catalogue allows."""
+    for name, recipe in sorted(load_catalogue().items()):
         if recipe.target.backend != "trtllm":
             continue
         for quant in (None, *sorted(recipe.quantization)):
@@ -40,8 +40,8 @@ def as_dict(step) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("name", "quant", "tp"), list(variants()))
-def test_every_flag_of_every_plan_is_in_the_table(catalog, examples, hf_folder, name, quant, tp):
-    plan = make_plan(catalog[name], machine(), checkpoint=hf_folder, quant=quant, tp=tp, trtllm_examples=examples)
+def test_every_flag_of_every_plan_is_in_the_table(catalogue, examples, hf_folder, name, quant, tp):
+    plan = make_plan(catalogue[name], machine(), checkpoint=hf_folder, quant=quant, tp=tp, trtllm_examples=examples)
     external = [step for step in plan.steps if step.argv]
     assert [step.tool for step in external] == [QUANTIZE_TOOL if quant else CONVERT_TOOL, BUILD_TOOL]
     for step in external:
@@ -53,8 +53,8 @@ def test_every_flag_of_every_plan_is_in_the_table(catalog, examples, hf_folder, 
 
 
 @pytest.mark.parametrize(("name", "quant", "tp"), list(variants()))
-def test_plans_carry_the_recipe_and_options(catalog, examples, hf_folder, name, quant, tp):
-    recipe = catalog[name]
+def test_plans_carry_the_recipe_and_options(catalogue, examples, hf_folder, name, quant, tp):
+    recipe = catalogue[name]
     plan = make_plan(recipe, machine(), checkpoint=hf_folder, quant=quant, tp=tp, trtllm_examples=examples)
     first, build = (as_dict(step) for step in plan.steps[:2])
     assert first["--model_dir"] == str(hf_folder)
@@ -81,8 +81,8 @@ def test_plans_carry_the_recipe_and_options(catalog, examples, hf_folder, name, 
     assert plan.staging.name.startswith(".") and plan.scratch.name.startswith(".")
 
 
-def test_the_dry_run_text_spells_out_every_flag(catalog, examples, hf_folder):
-    plan = make_plan(catalog["llama3-8b"], machine(), checkpoint=hf_folder, quant="fp8", tp=2, trtllm_examples=examples)
+def test_the_dry_run_text_spells_out_every_flag(catalogue, examples, hf_folder):
+    plan = make_plan(catalogue["llama3-8b"], machine(), checkpoint=hf_folder, quant="fp8", tp=2, trtllm_examples=examples)
     text = plan.render(preflight(plan))
     for step in plan.steps[:2]:
         for flag, value in emitted_flags(step):
@@ -104,13 +104,13 @@ def test_the_dry_run_text_spells_out_every_flag(catalog, examples, hf_folder):
         ("smollm2-135m-hf", {"arch": "sm90"}, "portable hf engine"),
     ],
 )
-def test_options_a_recipe_does_not_allow_are_refused(catalog, name, options, message):
+def test_options_a_recipe_does_not_allow_are_refused(catalogue, name, options, message):
     with pytest.raises(RecipeError, match=message):
-        make_plan(catalog[name], machine(), **options)
+        make_plan(catalogue[name], machine(), **options)
 
 
-def test_the_fingerprint_covers_options_tools_and_architecture(catalog, examples, hf_folder, tmp_path):
-    recipe = catalog["llama3-8b"]
+def test_the_fingerprint_covers_options_tools_and_architecture(catalogue, examples, hf_folder, tmp_path):
+    recipe = catalogue["llama3-8b"]
 
     def fp(env=None, **options):
         options = {"checkpoint": hf_folder, "trtllm_examples": examples, **options}
@@ -130,8 +130,8 @@ def test_the_fingerprint_covers_options_tools_and_architecture(catalog, examples
     assert base == fp(checkpoint=hf_folder.rename(tmp_path / "moved"))  # the content counts, not the path
 
 
-def test_a_missing_checkpoint_still_plans_with_an_unknown_fingerprint(catalog, examples, tmp_path):
-    plan = make_plan(catalog["llama3-8b"], machine(), checkpoint=tmp_path / "absent", trtllm_examples=examples)
+def test_a_missing_checkpoint_still_plans_with_an_unknown_fingerprint(catalogue, examples, tmp_path):
+    plan = make_plan(catalogue["llama3-8b"], machine(), checkpoint=tmp_path / "absent", trtllm_examples=examples)
     assert plan.fingerprint is None
     assert "fingerprint: unknown until the checkpoint is found" in plan.render()
     assert any("does not exist" in problem for problem in preflight(plan))

@@ -12,7 +12,7 @@ from typing import get_args
 import pytest
 from tokenizers import Tokenizer
 
-from build_scripts.catalog import RecipeError, load_catalog
+from build_scripts.catalogue import RecipeError, load_catalogue
 from build_scripts.cli import build_command
 from build_scripts.environment import MISSING, Environment
 from build_scripts.gguf_engine import CHECK_FILE, MODEL_FILE, plan_gguf, write_gguf_manifest
@@ -33,23 +33,23 @@ TOOLS = {"llama_cpp_python": "0.3.36", "gguf": "0.19.0", "transformers": "5.23.0
 
 
 def plan(name: str, tools=TOOLS, recipe=None, **options):
-    recipe = recipe or load_catalog()[name]
+    recipe = recipe or load_catalogue()[name]
     opts = BuildOptions(**options)
     checkpoint = resolve_checkpoint(recipe, opts.checkpoint, None)
     return plan_gguf(resolve_spec(recipe, opts), opts, checkpoint, Environment(dict(tools), sys.executable, 10**12))
 
 
-def test_the_catalog_has_gguf_recipes_for_the_llamacpp_backend():
-    catalog = load_catalog()
+def test_the_catalogue_has_gguf_recipes_for_the_llamacpp_backend():
+    catalogue = load_catalogue()
     for name in GGUF_RECIPES:
-        recipe = catalog[name]
+        recipe = catalogue[name]
         assert recipe.target.backend == "llamacpp" and recipe.target.engine_format == "gguf"
         assert recipe.kv_cache.tokens_per_block == 1
-    assert catalog["smollm2-135m"].source == catalog["smollm2-135m-q4"].source
-    assert catalog["smollm2-135m"].source.kind == "wheel-gguf"
-    assert {catalog[name].source.kind for name in GGUF_RECIPES[2:]} == {"gguf-file"}
-    assert catalog["smollm2-135m"].target.gguf_type == "F16"
-    assert {catalog[name].target.gguf_type for name in GGUF_RECIPES[1:]} == {None}
+    assert catalogue["smollm2-135m"].source == catalogue["smollm2-135m-q4"].source
+    assert catalogue["smollm2-135m"].source.kind == "wheel-gguf"
+    assert {catalogue[name].source.kind for name in GGUF_RECIPES[2:]} == {"gguf-file"}
+    assert catalogue["smollm2-135m"].target.gguf_type == "F16"
+    assert {catalogue[name].target.gguf_type for name in GGUF_RECIPES[1:]} == {None}
 
 
 def test_the_plan_links_the_file_then_checks_it_with_llama_cpp_in_its_own_process(tmp_path):
@@ -70,8 +70,8 @@ def test_the_default_writes_the_wheels_file_as_f16_in_its_own_process_and_the_q4
 
 
 def test_the_32k_recipe_is_the_default_with_a_kv_stream_of_32k_cells_per_slot(tmp_path):
-    catalog = load_catalog()
-    default, long = catalog["smollm2-135m"], catalog["smollm2-135m-32k"]
+    catalogue = load_catalogue()
+    default, long = catalogue["smollm2-135m"], catalogue["smollm2-135m-32k"]
     assert (long.source, long.target) == (default.source, default.target)
     limits = long.limits
     assert limits.max_seq_len >= 32_768 and limits.max_input_len < limits.max_seq_len
@@ -84,7 +84,7 @@ def test_the_32k_recipe_is_the_default_with_a_kv_stream_of_32k_cells_per_slot(tm
 
 
 def test_the_fingerprint_covers_the_gguf_type(tmp_path):
-    recipe = load_catalog()["smollm2-135m"]
+    recipe = load_catalogue()["smollm2-135m"]
     as_file = recipe.model_copy(update={"target": recipe.target.model_copy(update={"gguf_type": None})})
     converted, linked = plan("", recipe=recipe, engines_dir=tmp_path), plan("", recipe=as_file, engines_dir=tmp_path)
     assert converted.fingerprint != linked.fingerprint
@@ -107,7 +107,7 @@ def test_a_gguf_type_for_another_backend_is_refused(tmp_path):
     text = (ROOT / "build_scripts" / "recipes" / "smollm2-135m-hf.toml").read_text()
     (tmp_path / "smollm2-135m-hf.toml").write_text(text.replace('dtype = "float32"', 'dtype = "float32"\ngguf_type = "F16"'))
     with pytest.raises(RecipeError, match=r"target: .*gguf_type 'F16' applies to llamacpp engines only.*backend is hf"):
-        load_catalog((tmp_path,))
+        load_catalogue((tmp_path,))
 
 
 def test_a_gguf_file_recipe_without_a_file_says_how_to_give_one(tmp_path):
@@ -126,7 +126,7 @@ def test_missing_llama_cpp_is_named_with_the_install_command(tmp_path):
 
 
 def test_a_gguf_recipe_refuses_gpu_options():
-    recipe = load_catalog()["llama3.1-8b-instruct-gguf"]
+    recipe = load_catalogue()["llama3.1-8b-instruct-gguf"]
     with pytest.raises(RecipeError, match="--arch applies to TensorRT engines only"):
         resolve_spec(recipe, BuildOptions(arch="sm90"))
     with pytest.raises(RecipeError, match="--quant"):
@@ -135,9 +135,9 @@ def test_a_gguf_recipe_refuses_gpu_options():
 
 def test_the_manifest_records_the_recipes_chat_format_as_on_the_other_backends(tmp_path):
     """The manifest step alone, on the facts the check step would hand it (no llama.cpp needed)."""
-    catalog = load_catalog()
-    chat = catalog["llama3.1-8b-instruct"].chat
-    recipe = catalog["llama3.1-8b-instruct-gguf"].model_copy(update={"chat": chat})
+    catalogue = load_catalogue()
+    chat = catalogue["llama3.1-8b-instruct"].chat
+    recipe = catalogue["llama3.1-8b-instruct-gguf"].model_copy(update={"chat": chat})
     gguf = tmp_path / "Llama-3.1-8B-Instruct-Q4_K_M.gguf"
     gguf.write_bytes(b"GGUF")
     made = plan("", recipe=recipe, checkpoint=gguf, engines_dir=tmp_path / "engines")

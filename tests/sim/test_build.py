@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from build_scripts.catalog import load_catalog
-from build_scripts.catalog_view import render_catalog
+from build_scripts.catalogue import load_catalogue
+from build_scripts.catalogue_view import render_catalogue
 from build_scripts.cli import _parser
 from orchestrator.backends.sim.spec import load_sim_spec
 from orchestrator.backends.sim.step_time import CALIBRATED
@@ -100,15 +100,15 @@ def test_options_that_make_no_sense_are_refused(tmp_path, argv, message):
 
 
 def test_every_tensorrt_llm_model_has_a_sim_variant():
-    catalog = load_catalog()
-    trtllm = sorted(name for name, recipe in catalog.items() if recipe.target.backend == "trtllm")
-    assert sorted(name for name, recipe in catalog.items() if recipe.target.backend == "sim") == [
+    catalogue = load_catalogue()
+    trtllm = sorted(name for name, recipe in catalogue.items() if recipe.target.backend == "trtllm")
+    assert sorted(name for name, recipe in catalogue.items() if recipe.target.backend == "sim") == [
         f"{name}-sim" for name in trtllm
     ]
-    seventy = catalog["llama3-70b-instruct-sim"]
+    seventy = catalogue["llama3-70b-instruct-sim"]
     assert seventy.parallel.tp_size == 4 and seventy.aliases == ("llama3-70b-sim",)
-    assert seventy.limits == catalog["llama3-70b-instruct"].limits
-    assert "llama3-70b-instruct-sim" in render_catalog(catalog)
+    assert seventy.limits == catalogue["llama3-70b-instruct"].limits
+    assert "llama3-70b-instruct-sim" in render_catalogue(catalogue)
 
 
 def test_a_tensor_parallel_sim_spans_several_simulated_gpus(sim_engine_dir, tmp_path):

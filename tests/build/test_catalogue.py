@@ -1,4 +1,4 @@
-"""The recipe catalog: what ships, what users add, what is refused, and `inferno models catalog`."""
+"""The recipe catalogue: what ships, what users add, what is refused, and `inferno models catalogue`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from build_scripts.catalog import RecipeError, find_recipe, load_catalog
+from build_scripts.catalogue import RecipeError, find_recipe, load_catalogue
 from tests.build.conftest import HF_CHECKPOINT_RECIPE
 from tests.conftest import ROOT
 
@@ -24,10 +24,10 @@ SHIPPED = {
 }
 
 
-def test_the_catalog_ships_the_card_models(catalog):
-    assert set(SHIPPED) <= set(catalog)
+def test_the_catalogue_ships_the_card_models(catalogue):
+    assert set(SHIPPED) <= set(catalogue)
     for name, (backend, repo, tps) in SHIPPED.items():
-        recipe = catalog[name]
+        recipe = catalogue[name]
         assert (recipe.target.backend, recipe.source.hf_repo, recipe.parallel.tp_choices) == (backend, repo, tps)
         if backend == "trtllm":
             assert recipe.target.target_arch == "sm90"
@@ -37,10 +37,10 @@ def test_the_catalog_ships_the_card_models(catalog):
             assert recipe.limits.max_input_len < recipe.limits.max_seq_len
 
 
-def test_aliases_find_their_recipe(catalog):
-    assert find_recipe(catalog, "llama3-8b-instruct").name == "llama3-8b"
+def test_aliases_find_their_recipe(catalogue):
+    assert find_recipe(catalogue, "llama3-8b-instruct").name == "llama3-8b"
     with pytest.raises(RecipeError, match="no recipe named 'llama4'; known: "):
-        find_recipe(catalog, "llama4")
+        find_recipe(catalogue, "llama4")
 
 
 def test_a_user_recipe_is_added_and_can_replace_a_shipped_one(tmp_path):
@@ -48,9 +48,9 @@ def test_a_user_recipe_is_added_and_can_replace_a_shipped_one(tmp_path):
     replaced = (ROOT / "build_scripts" / "recipes" / "llama3-8b.toml").read_text().replace("max_batch_size = 128",
                                                                                             "max_batch_size = 16")
     (tmp_path / "llama3-8b.toml").write_text(replaced)
-    catalog = load_catalog((tmp_path,))
-    assert catalog["tiny-hf"].source.kind == "hf-checkpoint"
-    assert catalog["llama3-8b"].limits.max_batch_size == 16
+    catalogue = load_catalogue((tmp_path,))
+    assert catalogue["tiny-hf"].source.kind == "hf-checkpoint"
+    assert catalogue["llama3-8b"].limits.max_batch_size == 16
 
 
 @pytest.mark.parametrize(
@@ -70,19 +70,19 @@ def test_an_invalid_recipe_is_refused_with_its_path_and_field(tmp_path, change, 
     path = tmp_path / "tiny-hf.toml"
     path.write_text(change(HF_CHECKPOINT_RECIPE))
     with pytest.raises(RecipeError, match=message) as caught:
-        load_catalog((tmp_path,))
+        load_catalogue((tmp_path,))
     assert str(path) in str(caught.value)
 
 
 def test_a_missing_recipes_folder_is_an_error(tmp_path):
     with pytest.raises(RecipeError, match="does not exist"):
-        load_catalog((tmp_path / "absent",))
+        load_catalogue((tmp_path / "absent",))
 
 
-def test_models_catalog_lists_every_recipe_with_its_requirements(tmp_path):
+def test_models_catalogue_lists_every_recipe_with_its_requirements(tmp_path):
     (tmp_path / "tiny-hf.toml").write_text(HF_CHECKPOINT_RECIPE)
     result = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "models", "catalog", "--recipes-dir", str(tmp_path)],
+        [sys.executable, "-m", "orchestrator", "models", "catalogue", "--recipes-dir", str(tmp_path)],
         capture_output=True, text=True, cwd=ROOT, check=False,
     )
     assert result.returncode == 0, result.stderr

@@ -1,4 +1,4 @@
-"""The model catalog: every recipe (build_scripts/recipe.py) by name.
+"""The model catalogue: every recipe (build_scripts/recipe.py) by name.
 
 Recipes ship in build_scripts/recipes/; users add their own by dropping a .toml file in a folder named
 by INFERNO_RECIPES_DIR (or --recipes-dir), no code change needed. A user recipe with the name of a
@@ -34,9 +34,9 @@ def load_recipe(path: Path) -> Recipe:
         raise RecipeError(f"{path}: {where}: {first['msg']}") from exc
 
 
-def load_catalog(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Recipe]:
+def load_catalogue(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Recipe]:
     """Every recipe by name: shipped ones first, then user folders (later ones win)."""
-    catalog: dict[str, Recipe] = {}
+    catalogue: dict[str, Recipe] = {}
     paths: dict[str, Path] = {}
     for folder in (SHIPPED_RECIPES, *extra_dirs):
         if folder != SHIPPED_RECIPES and not folder.is_dir():
@@ -45,30 +45,30 @@ def load_catalog(extra_dirs: tuple[Path, ...] = ()) -> dict[str, Recipe]:
             recipe = load_recipe(path)
             if recipe.name != path.stem:
                 raise RecipeError(f"{path}: the recipe is named {recipe.name!r}; name the file {recipe.name}.toml")
-            catalog[recipe.name], paths[recipe.name] = recipe, path
-    catalog = with_sim_variants(catalog)
-    for name in catalog:
+            catalogue[recipe.name], paths[recipe.name] = recipe, path
+    catalogue = with_sim_variants(catalogue)
+    for name in catalogue:
         if name not in paths:
             paths[name] = paths[name.removesuffix("-sim")]  # where a derived sim variant came from
-    _check_aliases(catalog, paths)
-    return catalog
+    _check_aliases(catalogue, paths)
+    return catalogue
 
 
-def _check_aliases(catalog: dict[str, Recipe], paths: dict[str, Path]) -> None:
+def _check_aliases(catalogue: dict[str, Recipe], paths: dict[str, Path]) -> None:
     seen: dict[str, str] = {}
-    for recipe in catalog.values():
+    for recipe in catalogue.values():
         for alias in recipe.aliases:
-            other = alias if alias in catalog else seen.get(alias)
+            other = alias if alias in catalogue else seen.get(alias)
             if other is not None:
                 raise RecipeError(f"{paths[recipe.name]}: aliases: {alias!r} is also the name of {other}")
             seen[alias] = recipe.name
 
 
-def find_recipe(catalog: dict[str, Recipe], name: str) -> Recipe:
+def find_recipe(catalogue: dict[str, Recipe], name: str) -> Recipe:
     """A recipe by its name or one of its aliases."""
-    if name in catalog:
-        return catalog[name]
-    for recipe in catalog.values():
+    if name in catalogue:
+        return catalogue[name]
+    for recipe in catalogue.values():
         if name in recipe.aliases:
             return recipe
-    raise RecipeError(f"no recipe named {name!r}; known: {', '.join(sorted(catalog))} (see: inferno models catalog)")
+    raise RecipeError(f"no recipe named {name!r}; known: {', '.join(sorted(catalogue))} (see: inferno models catalogue)")

@@ -1,4 +1,4 @@
-"""`inferno models catalog`: what can be built, with what each default build needs."""
+"""`inferno models catalogue`: what can be built, with what each default build needs."""
 
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
-def render_catalog(catalog: dict[str, Recipe]) -> str:
+def render_catalogue(catalogue: dict[str, Recipe]) -> str:
     rows = [("name", "backend", "dtype", "quant", "TP", "params", "default build needs", "checkpoint")]
-    for name, recipe in sorted(catalog.items()):
+    for name, recipe in sorted(catalogue.items()):
         rows.append((
             name,
             recipe.target.backend,
@@ -59,8 +59,8 @@ def render_catalog(catalog: dict[str, Recipe]) -> str:
             _needs(recipe),
             _source(recipe),
         ))
-    archs = sorted({recipe.target.target_arch for recipe in catalog.values()} - {"any"})
-    aliases = [f"{alias} = {recipe.name}" for recipe in catalog.values() for alias in recipe.aliases]
+    archs = sorted({recipe.target.target_arch for recipe in catalogue.values()} - {"any"})
+    aliases = [f"{alias} = {recipe.name}" for recipe in catalogue.values() for alias in recipe.aliases]
     lines = [
         *_table(rows),
         "",
