@@ -141,7 +141,7 @@ def test_a_repeated_prompt_reports_its_cached_prefix(engine):
     assert again[0].cached_tokens == len(engine.ids(text)) - 1
 
 
-def test_the_ram_cache_restores_a_prefix_whose_slot_was_reused(gguf_engine, tmp_path):
+def test_the_prompt_cache_restores_a_prefix_whose_slot_was_reused(gguf_engine, tmp_path):
     two_slots = Engine(engine_variant(gguf_engine, tmp_path, "two-slots", max_batch_size=2))
     try:
         text = "Write a short poem about the sea, the wind, the gulls and the boats that sail at dawn."
@@ -155,9 +155,9 @@ def test_the_ram_cache_restores_a_prefix_whose_slot_was_reused(gguf_engine, tmp_
         two_slots.close()
 
 
-def test_the_ram_cache_keeps_to_the_budget_it_is_given_and_zero_turns_it_off(gguf_engine, tmp_path):
+def test_the_prompt_cache_keeps_to_the_budget_it_is_given_and_zero_turns_it_off(gguf_engine, tmp_path):
     text = "Write a short poem about the sea, the wind, the gulls and the boats that sail at dawn."
-    off = Engine(engine_variant(gguf_engine, tmp_path, "no-ram-cache", max_batch_size=2),
+    off = Engine(engine_variant(gguf_engine, tmp_path, "no-prompt-cache", max_batch_size=2),
                  options=LlamaCppOptions(prompt_cache_bytes=0))
     try:
         off.run(request(off, text=text, ignore_eos=True))
@@ -167,7 +167,7 @@ def test_the_ram_cache_keeps_to_the_budget_it_is_given_and_zero_turns_it_off(ggu
     finally:
         off.close()
     budget = 2 * 2**20  # two or three saved prompts of this length
-    small = Engine(engine_variant(gguf_engine, tmp_path, "small-ram-cache"), options=LlamaCppOptions(prompt_cache_bytes=budget))
+    small = Engine(engine_variant(gguf_engine, tmp_path, "small-prompt-cache"), options=LlamaCppOptions(prompt_cache_bytes=budget))
     try:
         small.run(*(request(small, text=f"{text} Verse {i}.", ignore_eos=True) for i in range(8)))
         ram = small.backend._engine._ram

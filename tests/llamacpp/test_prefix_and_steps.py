@@ -45,7 +45,7 @@ def test_only_new_and_long_enough_sequences_are_saved():
     assert worth_saving(long, [tuple(range(20))])
 
 
-def test_the_ram_cache_keeps_its_budget_and_drops_covered_prefixes():
+def test_the_prompt_cache_keeps_its_budget_and_drops_covered_prefixes():
     cache = RamPromptCache(budget_bytes=100)
     cache.put((1, 2), b"a" * 30)
     cache.put((1, 2, 3), b"b" * 30)  # covers (1, 2)

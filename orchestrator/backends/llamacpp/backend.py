@@ -33,7 +33,7 @@ WARMUP_ID = "warmup"
 MODEL_FILE = "model.gguf"
 STOP_TIMEOUT_S = 30.0
 CELL_PADDING = 256  # llama.cpp rounds a context's cells to a multiple of this
-RAM_CACHE_SHARE = 0.5  # the host-RAM prompt cache may hold this much of the KV budget again
+PROMPT_CACHE_SHARE = 0.5  # the host-RAM prompt cache may hold this much of the KV budget again
 
 
 def preload() -> None:
@@ -90,7 +90,7 @@ def prompt_cache_bytes(settings: BackendSettings) -> int:
     budget as requests finish (each keeps a copy of its KV cells, 23 KB a token for SmolLM2), so the worker's
     memory grows by that much, then holds."""
     given = settings.options.prompt_cache_bytes
-    return int(settings.kv_cache_bytes * RAM_CACHE_SHARE) if given is None else given
+    return int(settings.kv_cache_bytes * PROMPT_CACHE_SHARE) if given is None else given
 
 
 @dataclass(frozen=True)
