@@ -38,8 +38,13 @@ class RequestStatus(IntEnum):
 
     @property
     def label(self) -> str:
-        """The finish_reason label of the request metrics: stop, length, cancelled or error."""
-        return self.name.removeprefix("FINISHED_").lower().replace("stopped", "stop")
+        """The finish_reason label of the request metrics, in FinishReason's words: stop (tool calls too), length,
+        cancelled or error."""
+        return _LABELS[self].value
+
+
+_LABELS = {RequestStatus.FINISHED_STOPPED: FinishReason.STOP, RequestStatus.FINISHED_LENGTH: FinishReason.LENGTH,
+           RequestStatus.FINISHED_CANCELLED: FinishReason.CANCELLED, RequestStatus.FINISHED_ERROR: FinishReason.ERROR}
 
 
 @dataclass
@@ -66,7 +71,7 @@ class Choice:
 
 @dataclass
 class InferenceRequest:
-    id: str
+    id: str  # the response id the client sees ("chatcmpl-…"); its engine requests are "<id>.<choice index>"
     model: str
     prompt_tokens: int
     choices: list[Choice]

@@ -176,13 +176,13 @@ def inference_request(
     if outside:
         raise InvalidRequest(f"stop_token_ids must be in [0, {vocab_size}) (got {outside[0]})", param="stop_token_ids")
     bias = _logit_bias(fields, vocab_size)
-    request_id = f"{id_prefix}-{uuid.uuid4().hex}"
+    response_id = f"{id_prefix}-{uuid.uuid4().hex}"
     prompt_ids = tuple(generation.prompt)
     choices = [
         Choice(
             index=i,
             engine_request=EngineRequest(
-                id=f"{request_id}.{i}",
+                id=f"{response_id}.{i}",
                 prompt_ids=prompt_ids,
                 max_new_tokens=max_new,
                 sampling=_sampling(fields, engine, i, bias),
@@ -202,6 +202,6 @@ def inference_request(
         for i in range(generation.n)
     ]
     return InferenceRequest(
-        id=request_id, model=engine.name, prompt_tokens=len(prompt_ids), choices=choices, stream=generation.stream,
+        id=response_id, model=engine.name, prompt_tokens=len(prompt_ids), choices=choices, stream=generation.stream,
         echo=generation.echo, guide=plan.guide,
     )
