@@ -55,7 +55,7 @@ class Source(_Frozen):
         return self
 
 
-class Target(_Frozen):
+class BuildTarget(_Frozen):
     backend: Literal["hf", "trtllm", "sim", "llamacpp"]
     format: EngineFormat | None = None  # default: the manifest's IMPLIED_FORMAT for the backend
     dtype: Dtype
@@ -81,7 +81,7 @@ class Target(_Frozen):
         return self.arch or DEFAULT_ARCH[self.backend]
 
     @model_validator(mode="after")
-    def _consistent(self) -> Target:
+    def _consistent(self) -> BuildTarget:
         if self.engine_format != DEFAULT_FORMAT[self.backend]:
             raise ValueError(f"the {self.backend} backend builds {DEFAULT_FORMAT[self.backend]}, not {self.format}")
         if self.backend == "trtllm" and self.target_arch == "any":
@@ -149,7 +149,7 @@ class Recipe(_Frozen):
     architecture: str
     parameters: int = Field(ge=1)
     source: Source
-    target: Target
+    target: BuildTarget
     convert: Convert | None = None
     quantization: dict[QuantName, Quantization] = {}
     parallel: Parallel = Parallel()

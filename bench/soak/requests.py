@@ -43,7 +43,7 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class Generation:
+class PlannedRequest:
     """One generation request, decided from the seed before it is sent."""
 
     model: str
@@ -92,7 +92,7 @@ class Body:
         self.data += data
 
 
-def _payload(generation: Generation) -> bytes:
+def _payload(generation: PlannedRequest) -> bytes:
     shape = RequestShape(chat=generation.chat, ignore_eos=False, temperature=0.7)
     body = request_body(RequestSpec(0, generation.model, 0, generation.max_tokens), generation.prompt, shape)
     body["seed"] = generation.seed
@@ -102,7 +102,7 @@ def _payload(generation: Generation) -> bytes:
     return orjson.dumps(body)
 
 
-def _request(pool: ConnectionPool, generation: Generation) -> bytes:
+def _request(pool: ConnectionPool, generation: PlannedRequest) -> bytes:
     body = _payload(generation)
     path = "/v1/chat/completions" if generation.chat else "/v1/completions"
     return request_head(pool.host_header, path, len(body), None) + body
@@ -123,7 +123,7 @@ def _check_stream(kind: str, stream: CheckedStream, note: str | None = None) -> 
     return Outcome(kind, note=note)
 
 
-async def send_stream(pool: ConnectionPool, generation: Generation, timeout_s: float) -> Outcome:
+async def send_stream(pool: ConnectionPool, generation: PlannedRequest, timeout_s: float) -> Outcome:
     """A stream read to its end on a pooled connection."""
     stream = CheckedStream(RequestTiming(generation.model, time.perf_counter()), generation.chat, None)
     try:
@@ -135,7 +135,7 @@ async def send_stream(pool: ConnectionPool, generation: Generation, timeout_s: f
     return _check_stream("stream", stream)
 
 
-async def send_complete(pool: ConnectionPool, generation: Generation, timeout_s: float) -> Outcome:
+async def send_complete(pool: ConnectionPool, generation: PlannedRequest, timeout_s: float) -> Outcome:
     """A non-streaming request: one JSON completion with a finish reason."""
     body = Body()
     try:
@@ -155,7 +155,7 @@ async def send_complete(pool: ConnectionPool, generation: Generation, timeout_s:
     return Outcome("complete") if finish in FINISH_REASONS else Outcome("complete", f"finish {finish}")
 
 
-async def send_cut(pool: ConnectionPool, generation: Generation, timeout_s: float) -> Outcome:
+async def send_cut(pool: ConnectionPool, generation: PlannedRequest, timeout_s: float) -> Outcome:
     """A stream the client cuts at its planned point, on a connection of its own."""
     stream = CheckedStream(RequestTiming(generation.model, time.perf_counter()), generation.chat,
                            generation.cut_after_events)

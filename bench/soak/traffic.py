@@ -25,7 +25,7 @@ import aiohttp
 
 from bench.soak.bad_requests import bad_requests, send_bad
 from bench.soak.control import PROBES, admin_call, probe
-from bench.soak.requests import Generation, Outcome, send_complete, send_cut, send_stream
+from bench.soak.requests import Outcome, PlannedRequest, send_complete, send_cut, send_stream
 from bench.soak.tally import Tally
 from orchestrator.bench.http_client import ConnectionPool
 from orchestrator.bench.prompts import WORDS
@@ -91,7 +91,7 @@ class SwapState:
         return self.models[self.current]
 
 
-def generation(rng: random.Random, model: str, mix: Mix) -> Generation:
+def generation(rng: random.Random, model: str, mix: Mix) -> PlannedRequest:
     """One request drawn from `rng`: its kind, prompt, lengths and, for a cut, where it is cut."""
     kind = rng.choices(("stream", "complete", "cut"), (mix.stream, mix.complete, mix.cut))[0]
     max_tokens = rng.randint(*mix.max_tokens)
@@ -102,11 +102,11 @@ def generation(rng: random.Random, model: str, mix: Mix) -> Generation:
             cut_events = rng.randint(1, max_tokens)
         else:
             cut_s = rng.uniform(0.0, 0.5)
-    return Generation(model, prompt, max_tokens, chat=rng.random() < 0.5, stream=kind != "complete",
+    return PlannedRequest(model, prompt, max_tokens, chat=rng.random() < 0.5, stream=kind != "complete",
                       seed=rng.randrange(2**31), cut_after_events=cut_events, cut_after_s=cut_s)
 
 
-async def send(pool: ConnectionPool, request: Generation, timeout_s: float) -> Outcome:
+async def send(pool: ConnectionPool, request: PlannedRequest, timeout_s: float) -> Outcome:
     if request.cut_after_events is not None or request.cut_after_s is not None:
         return await send_cut(pool, request, timeout_s)
     if request.stream:
