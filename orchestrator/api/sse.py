@@ -66,10 +66,6 @@ class SseWriter:
     def open(self) -> bool:
         return self._transport is not None and not self._transport.is_closing()
 
-    @property
-    def congested(self) -> bool:
-        return self._transport is not None and self._transport.get_write_buffer_size() > self._high_water
-
     def write(self, data: bytes) -> bool:
         """Send `data` as one HTTP chunk now; False (nothing sent) if the client has gone or reads too slowly."""
         if not data:

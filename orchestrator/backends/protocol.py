@@ -31,8 +31,8 @@ from typing import Protocol
 
 from orchestrator.backends.options import BackendOptions, options_model
 from orchestrator.engine.manifest import EngineManifest
-from orchestrator.engine.request import EngineRequest, TokenDelta
-from orchestrator.errors import EngineDead, ModelUnavailable
+from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
+from orchestrator.errors import EngineDead, EngineError, ModelUnavailable
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,3 +150,25 @@ class RequestStreams:
     async def run(self, request: EngineRequest) -> list[TokenDelta]:
         """Every delta of one request, to its end."""
         return [delta async for delta in self.stream(request)]
+
+
+WARMUP_ID = "warmup"
+GREEDY = SamplingParams(temperature=0.0)
+
+
+async def warm_up(streams: RequestStreams, pad_token_id: int, sampling: SamplingParams = GREEDY) -> None:
+    """One short request through a backend's whole path, so the first user request does not pay for it."""
+    request = EngineRequest(WARMUP_ID, (pad_token_id,) * 8, max_new_tokens=2, sampling=sampling)
+    final = (await streams.run(request))[-1]
+    if final.finish is FinishReason.ERROR:
+        raise EngineError(f"the engine failed its warm-up request: {final.error}")
+
+
+def hand_over(loop: asyncio.AbstractEventLoop, callback, argument) -> bool:
+    """From an engine's thread: `callback(argument)` on the worker's event loop, soon. False when the loop is
+    closed (the worker is exiting) and nothing was handed over."""
+    try:
+        loop.call_soon_threadsafe(callback, argument)
+    except RuntimeError:
+        return False
+    return True

@@ -18,13 +18,14 @@ from orchestrator.backends.protocol import (
     EngineOutputs,
     LoadReport,
     RequestStreams,
+    hand_over,
+    warm_up,
 )
-from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
+from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
 from orchestrator.errors import BackendUnavailable, EngineDead, EngineError
 
 log = logging.getLogger(__name__)
 
-WARMUP_ID = "warmup"
 STOP_TIMEOUT_S = 10.0
 
 
@@ -61,10 +62,7 @@ class _StepRouter:
         self._on_outputs = on_outputs
 
     def deliver_batch(self, outputs: list) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._on_outputs, outputs)
-        except RuntimeError:  # the worker's loop is closed: it is exiting
-            pass
+        hand_over(self._loop, self._on_outputs, outputs)
 
     def deliver(self, output) -> None:
         self.deliver_batch([output])
@@ -129,11 +127,11 @@ class HfBackend:
 
     async def start(self, outputs: EngineOutputs) -> LoadReport:
         device = await asyncio.to_thread(self._load)
-        warm_up = RequestStreams(self)
-        self._outputs = warm_up
+        warming = RequestStreams(self)
+        self._outputs = warming
         self._manager.output_router = _StepRouter(asyncio.get_running_loop(), self._on_outputs)
         self._manager.start()
-        await self._warm_up(warm_up)
+        await warm_up(warming, self._manifest.tokenizer.pad_token_id, SamplingParams())
         cache = self._manager.batch_processor.cache  # made on the generation thread before the warm-up ran
         self._prefix = _PrefixMatches(cache.search_prefix_match, self._live, self._manifest.kv_cache.tokens_per_block)
         cache.search_prefix_match = self._prefix
@@ -190,13 +188,6 @@ class HfBackend:
         self._manager.logit_processor = sampling_processors()
         self._logprobs = self._manager.logit_processor.logits_processor[-1].logprobs
         return str(model.device)
-
-    async def _warm_up(self, streams: RequestStreams) -> None:
-        """One short request through the whole path, so the first user request does not pay for it."""
-        prompt = EngineRequest(id=WARMUP_ID, prompt_ids=(self._manifest.tokenizer.pad_token_id,) * 8, max_new_tokens=2)
-        deltas = await streams.run(prompt)
-        if deltas[-1].finish is FinishReason.ERROR:
-            raise EngineError(f"the engine failed its warm-up request: {deltas[-1].error}")
 
     def submit(self, request: EngineRequest) -> None:
         if self._dead or not self._manager.is_running():

@@ -23,13 +23,14 @@ from orchestrator.backends.protocol import (
     EngineOutputs,
     LoadReport,
     RequestStreams,
+    hand_over,
+    warm_up,
 )
-from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
+from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.errors import BackendUnavailable, EngineDead, EngineError
 
 log = logging.getLogger(__name__)
 
-WARMUP_ID = "warmup"
 MODEL_FILE = "model.gguf"
 STOP_TIMEOUT_S = 30.0
 CELL_PADDING = 256  # llama.cpp rounds a context's cells to a multiple of this
@@ -143,10 +144,10 @@ class LlamaCppBackend:
     async def start(self, outputs: EngineOutputs) -> LoadReport:
         self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(self._load)
-        warm_up = RequestStreams(self)
-        self._outputs = warm_up
+        warming = RequestStreams(self)
+        self._outputs = warming
         self._engine.start()
-        await self._warm_up(warm_up)
+        await warm_up(warming, self._manifest.tokenizer.pad_token_id)
         self._outputs = outputs
         return LoadReport(device="cpu")
 
@@ -179,26 +180,12 @@ class LlamaCppBackend:
             log.warning("%s: its KV budget holds %d cells; sequences end there, below the engine's max_seq_len %d",
                         settings.engine_dir.name, layout.seq_cells, limits.max_seq_len)
 
-    async def _warm_up(self, streams: RequestStreams) -> None:
-        """One short request through the whole path, so the first user request does not pay for it."""
-        pad = self._manifest.tokenizer.pad_token_id
-        request = EngineRequest(WARMUP_ID, (pad,) * 8, max_new_tokens=2, sampling=SamplingParams(temperature=0.0))
-        final = (await streams.run(request))[-1]
-        if final.finish is FinishReason.ERROR:
-            raise EngineError(f"the engine failed its warm-up request: {final.error}")
-
     # -- the engine thread's way back to the event loop -------------------------------------------------------
     def _hand_over(self, deltas: list[TokenDelta]) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._deliver, deltas)
-        except RuntimeError:  # the worker's loop is closed: it is exiting
-            pass
+        hand_over(self._loop, self._deliver, deltas)
 
     def _hand_over_death(self, reason: str) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._die, reason)
-        except RuntimeError:
-            pass
+        hand_over(self._loop, self._die, reason)
 
     def _deliver(self, deltas: list[TokenDelta]) -> None:
         if self._dead is None:

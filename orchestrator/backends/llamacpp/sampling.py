@@ -52,10 +52,6 @@ class TokenConstraint(Protocol):
     def accept(self, token: int) -> None: ...
 
 
-class NoTokenAllowed(Exception):
-    """Every token of a sequence's row was forbidden (by its constraint): it cannot go on."""
-
-
 @dataclass(slots=True)
 class SequenceSampler:
     """One sequence's sampling settings and the history its penalties need."""
@@ -126,7 +122,7 @@ class Sampled:
     token: int
     logprob: float | None = None
     top: list[tuple[int, float]] | None = None
-    error: str | None = None  # the sequence cannot go on (NoTokenAllowed)
+    error: str | None = None  # the sequence cannot go on: its constraint forbade every token
 
 
 def sample(logits: np.ndarray, samplers: list[SequenceSampler]) -> list[Sampled]:

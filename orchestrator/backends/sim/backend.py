@@ -25,7 +25,7 @@ from dataclasses import replace
 
 from tokenizers import Tokenizer
 
-from orchestrator.backends.protocol import BackendSettings, BackendStats, EngineOutputs, LoadReport
+from orchestrator.backends.protocol import BackendSettings, BackendStats, EngineOutputs, LoadReport, hand_over
 from orchestrator.backends.sim.corpus import corpus_tokens
 from orchestrator.backends.sim.engine import SimEngine
 from orchestrator.backends.sim.memory import device_bytes, kv_token_capacity
@@ -153,7 +153,7 @@ class SimBackend:
             self._steps()
         except Exception as exc:  # a bug in the simulator: the engine is dead, as a real one would be
             log.exception("the simulated engine failed")
-            self._hand_over(self._die, f"{type(exc).__name__}: {exc}")
+            hand_over(self._loop, self._die, f"{type(exc).__name__}: {exc}")
 
     def _steps(self) -> None:
         engine, speedup = self._engine, self._speedup
@@ -179,7 +179,7 @@ class SimBackend:
                     return  # closing
             else:
                 self._stats = engine.stats(self._stats.iteration_latency_ms)
-            if result.deltas and not self._hand_over(self._deliver, result.deltas):
+            if result.deltas and not hand_over(self._loop, self._deliver, result.deltas):
                 return
 
     def _take_inbox(self, wait: bool) -> list | None:
@@ -195,12 +195,6 @@ class SimBackend:
             inbox, self._inbox, self._queued = self._inbox, [], 0
             return inbox
 
-    def _hand_over(self, callback, argument) -> bool:
-        try:
-            self._loop.call_soon_threadsafe(callback, argument)
-        except RuntimeError:  # the worker's event loop is closed: it is exiting
-            return False
-        return True
 
     def _deliver(self, deltas: list[TokenDelta]) -> None:
         """On the event loop: one step's deltas, every request's, in one call."""

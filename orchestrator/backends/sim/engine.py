@@ -56,7 +56,6 @@ class SimEngine:
         self._pending: list[TokenDelta] = []  # final deltas of cancelled requests, sent with the next step
         self._arrivals = 0
         self.iterations = 0
-        self.last_step_ms: float | None = None
 
     # -- requests in -----------------------------------------------------------------------------------
     def check(self, request: EngineRequest) -> None:
@@ -133,7 +132,6 @@ class SimEngine:
         result.step_ms = self.coefficients.step_ms(len(rows), kv_tokens, [(n, s.computed) for s, n in chunks])
         result.scheduled = True
         self.iterations += 1
-        self.last_step_ms = result.step_ms
         deltas, finished = result.deltas, []
         for sequence in rows:
             self._emit(sequence, deltas, finished)

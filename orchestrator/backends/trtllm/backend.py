@@ -25,6 +25,7 @@ from orchestrator.backends.protocol import (
     EngineOutputs,
     LoadReport,
     RequestStreams,
+    warm_up,
 )
 from orchestrator.backends.trtllm.config import build_executor_config, engine_vocab_size, kv_cache_tokens
 from orchestrator.backends.trtllm.requests import RequestBuilder
@@ -42,12 +43,11 @@ from orchestrator.backends.trtllm.runtime import (
     visible_gpus,
 )
 from orchestrator.backends.trtllm.stats import IterationStatsReader
-from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams, TokenDelta
+from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.errors import EngineDead, EngineError, QueueFull
 
 log = logging.getLogger(__name__)
 
-WARMUP_ID = "warmup"
 
 
 def create(settings: BackendSettings) -> TrtllmBackend:
@@ -146,9 +146,9 @@ class TrtllmBackend:
             loop = asyncio.get_running_loop()
             self._pump = ResponsePump(self._executor, self._reader, loop, self._deliver, self._fail)
             self._pump.start()
-            warm_up = RequestStreams(self)
-            self._outputs = warm_up
-            await self._warm_up(warm_up)
+            warming = RequestStreams(self)
+            self._outputs = warming
+            await warm_up(warming, settings.manifest.tokenizer.pad_token_id)
             self._outputs = outputs
         except BaseException:
             await self.close()  # a load that fails half way still shuts the executor down
@@ -157,14 +157,6 @@ class TrtllmBackend:
         mode = "orchestrator mode, one executorWorker per rank" if world_size > 1 else "one GPU"
         log.info("TensorRT-LLM %s executor started: %s (world size %d)", self._runtime.version, mode, world_size)
         return LoadReport(device="cuda:0" if world_size == 1 else f"cuda:0-{world_size - 1}")
-
-    async def _warm_up(self, streams: RequestStreams) -> None:
-        """One short request through the whole path, so the first user request does not pay for it."""
-        pad = self._settings.manifest.tokenizer.pad_token_id
-        request = EngineRequest(WARMUP_ID, (pad,) * 8, max_new_tokens=2, sampling=SamplingParams(temperature=0.0))
-        final = (await streams.run(request))[-1]
-        if final.finish is FinishReason.ERROR:
-            raise EngineError(f"the engine failed its warm-up request: {final.error}")
 
     def submit(self, request: EngineRequest) -> None:
         if self._failure is not None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
 
+from orchestrator.backends.protocol import hand_over
 from orchestrator.engine.request import FinishReason, TokenDelta
 from orchestrator.errors import EngineError, InfernoError, QueueFull
 
@@ -190,14 +191,8 @@ class ResponsePump:
                 if self._stopping:  # shutdown() makes a waiting await_responses raise or return
                     return
                 log.exception("the TensorRT-LLM executor failed")
-                self._hand_over(self._fail, f"the TensorRT-LLM executor failed: {exc}")
+                hand_over(self._loop, self._fail, f"the TensorRT-LLM executor failed: {exc}")
                 return
-            if updates and not self._hand_over(self._deliver, updates):
+            if updates and not hand_over(self._loop, self._deliver, updates):
                 return
 
-    def _hand_over(self, callback: Callable, argument) -> bool:
-        try:
-            self._loop.call_soon_threadsafe(callback, argument)
-        except RuntimeError:  # the event loop is closed: the worker is exiting
-            return False
-        return True
