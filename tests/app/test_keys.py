@@ -109,7 +109,7 @@ def test_requests_per_minute_and_concurrent_requests_answer_429_with_retry_after
             crowded = await chat(app, "sk-single")
             worker.finish(request.id)
             assert (await running).status == 200
-            after, _ = await answered(app, "sk-single")  # its slot came back when the first ended
+            after, _ = await answered(app, "sk-single")  # its one concurrent request ended, so it may send again
             return (first.status, second.status, second.headers["Retry-After"], await second.json(),
                     crowded.status, crowded.headers["Retry-After"], await crowded.json(), after.status)
 

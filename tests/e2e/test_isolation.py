@@ -133,7 +133,7 @@ def test_interactive_requests_overtake_batch_requests(server, client):
     for thread, _ in (batch, interactive):
         thread.join(timeout=60)
     assert "value" in batch[1] and "value" in interactive[1]
-    assert interactive[1]["done_at"] < batch[1]["done_at"]  # one slot: the later, interactive one ran first
+    assert interactive[1]["done_at"] < batch[1]["done_at"]  # one permit: the later, interactive one ran first
 
 
 def test_an_idle_model_is_unloaded_after_its_keep_alive(server, client):

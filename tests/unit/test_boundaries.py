@@ -1,7 +1,7 @@
 """Narrow contracts between packages, read from every module's imports (its AST, imports inside functions too).
 
 The HTTP side (api/, metrics/, access/, server.py) imports nothing of the scheduler but its public view, the
-names `orchestrator/scheduler/__init__.py` lists: slots, queues, the ledger and placement are the scheduler's
+names `orchestrator/scheduler/__init__.py` lists: the model table, queues, the ledger and placement are the scheduler's
 own, so a change to them cannot reach the request path unseen."""
 
 from __future__ import annotations

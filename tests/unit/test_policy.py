@@ -90,7 +90,7 @@ def test_ties_go_to_the_oldest_waiter():
 
 
 def test_a_busy_model_cannot_starve_another_over_many_grants():
-    """Hand out 12 slots one by one to two always-waiting models: they alternate."""
+    """Hand out 12 permits one by one to two always-waiting models: they alternate."""
     running = {"a": 0, "b": 0}
     order = []
     for turn in range(12):
