@@ -1,6 +1,6 @@
 """One tool call's JSON object as it streams in: where it ends, its function name as soon as the head
-`{"name": NAME, "arguments": ` has arrived, and its arguments text as it grows, so the parser can send the
-arguments in fragments before the call is complete."""
+`{"name": NAME, "arguments": ` has arrived, and its arguments text as it grows (a string-encoded
+object decoded), which the parser gathers and sends whole once the call is complete."""
 
 from __future__ import annotations
 

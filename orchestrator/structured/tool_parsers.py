@@ -1,9 +1,15 @@
 """Streaming tool-call parsing: text deltas in, OpenAI-shaped events out, for any format in tool_formats.py.
 
-Fed the model's text as it arrives, `ToolCallParser.feed` returns events: `ContentDelta` for plain text,
-`ToolCallStart` once per call (index, id `call_` + 24 hex digits, function name) as soon as the name is
-known, then `ToolCallArguments` fragments as the arguments arrive; `finish()` flushes what was held back
-and `calls` holds the complete calls, arguments as a JSON string (the fragments joined).
+Fed the model's text as it arrives, `ToolCallParser.feed` returns events: `ContentDelta` for plain text, and
+for each call, once its object is complete, `ToolCallStart` (index, id `call_` + 24 hex digits, function name)
+then `ToolCallArguments` with its whole arguments; `finish()` flushes what was held back and `calls` holds the
+calls, arguments as a JSON string.
+
+The calls of one turn (docs/structured-outputs.md, "The calls of a turn"):
+- a call is sent whole, once its arguments are complete, so a client never receives a call it cannot use;
+- a call cut short by the end of the output (max_tokens) is not a call: it is dropped, not made content;
+- a call identical to an earlier call of the turn (same name, same arguments as JSON values) ends the turn:
+  it is dropped and `ended` is set, so the worker finishes the request there; repeating a call adds nothing.
 
 In `auto` mode text passes through as content; only what could still be the start of a call is held back
 (a partial marker; for llama3_json, an answer that opens with `{` until it is known to be a call or not).
@@ -14,6 +20,7 @@ may be missing (a detokeniser that skips special tokens drops it).
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,13 +91,15 @@ class ToolCallParser:
         self.fmt = fmt
         self.forced = forced
         self.calls: list[ToolCall] = []
+        self.ended = False  # a call repeated an earlier one: the turn is over, nothing more is read
+        self._in_calls = forced  # calls have begun: what is left at the end is a call cut short
+        self._seen: set[tuple[str, str]] = set()  # (name, normal arguments) of each call so far
         self._new_id = id_factory
         self._buffer = ""  # text not yet decided
         self._held = ""  # text taken since the last call: content after all if no call follows
         self._state = "opening" if forced else ("start" if fmt.calls_at_start_only else "content")
         self._call: CallObjectScan | None = None
-        self._call_id: str | None = None  # set once the current call is announced
-        self._call_name = ""
+        self._call_name: str | None = None  # the current call's function, once its head is read
         self._arguments = ""
         self._out: list[ToolEvent] = []
 
@@ -101,18 +110,16 @@ class ToolCallParser:
         return self._drain()
 
     def finish(self) -> list[ToolEvent]:
-        """The end of the output: what was held back is content; a call cut short ends as it stands."""
+        """The end of the output: what was held back is content, unless calls had begun (forced, or a format's
+        marker or a call's name read): then it is a call cut short, neither a call nor the answer's text, and
+        is dropped."""
         call = self._call
-        if call is not None and self._call_id is not None:
-            call.end.finish()
-            self._send_arguments()
-            self._commit()
-        else:
-            rest = self._held + (call.raw if call is not None else "") + self._buffer
-            if self._state in ("content", "start", "text") or rest.strip():
-                self._emit_content(rest)
+        rest = self._held + (call.raw if call is not None else "") + self._buffer
+        cut = self._in_calls and self._state not in ("content", "start", "text")
+        if not (self.ended or cut) and (self._state in ("content", "start", "text") or rest.strip()):
+            self._emit_content(rest)
         self._buffer = self._held = ""
-        self._call = None
+        self._call = self._call_name = None
         return self._drain()
 
     # -- states: each consumes from the buffer and returns True to run again, False to wait for text --
@@ -129,6 +136,7 @@ class ToolCallParser:
         self._buffer = self._buffer[found:]
         self._take(len(trigger))
         self._state = "list_open" if self.fmt.marker else "call_body"
+        self._in_calls = True
         return True
 
     def _on_start(self) -> bool:
@@ -171,7 +179,7 @@ class ToolCallParser:
             self._call = CallObjectScan()
         used = self._call.feed(self._buffer)
         self._buffer = self._buffer[used:] if used is not None else ""
-        if self._call_id is None and self._call.name is not None:
+        if self._call_name is None and self._call.name is not None:
             self._announce(self._call.name)
         self._send_arguments()
         return used is not None and self._end_call()
@@ -213,6 +221,11 @@ class ToolCallParser:
         self._state = "text" if self.fmt.calls_at_start_only or self.fmt.marker else "content"
         return bool(self._buffer)
 
+    def _on_ended(self) -> bool:
+        """A call repeated an earlier one: whatever the model writes after it is not read."""
+        self._buffer = ""
+        return False
+
     def _on_text(self) -> bool:
         self._emit_content(self._buffer)
         self._buffer = ""
@@ -235,35 +248,44 @@ class ToolCallParser:
     def _end_call(self) -> bool:
         call = self._call
         assert call is not None
-        if self._call_id is None:  # the keys came in another order: the whole object decides
+        if self._call_name is None:  # the keys came in another order: the whole object decides
             parsed = call.parsed()
             if parsed is None:
                 return self._not_a_call()
             self._announce(parsed[0])
             self._add_arguments(parsed[1])
-        self._commit()
         self._state = "call_close"
+        self._commit()
         return True
 
     def _announce(self, name: str) -> None:
-        self._call_id, self._call_name = self._new_id(), name
+        self._call_name = name
+        self._in_calls = True
         self._arguments = ""
         self._held = ""
-        self._out.append(ToolCallStart(len(self.calls), self._call_id, name))
 
     def _send_arguments(self) -> None:
-        if self._call is not None and self._call_id is not None:
+        if self._call is not None and self._call_name is not None:
             self._add_arguments(self._call.streamable())
 
     def _add_arguments(self, fragment: str) -> None:
-        if fragment:
-            self._arguments += fragment
-            self._out.append(ToolCallArguments(len(self.calls), fragment))
+        self._arguments += fragment
 
     def _commit(self) -> None:
-        assert self._call_id is not None
-        self.calls.append(ToolCall(self._call_id, self._call_name, self._arguments))
-        self._call = self._call_id = None
+        """The current call is complete: sent whole, unless it repeats an earlier call, which ends the turn."""
+        assert self._call_name is not None
+        key = (self._call_name, _normal_arguments(self._arguments))
+        if key in self._seen:
+            self.ended = True
+            self._state = "ended"
+        else:
+            self._seen.add(key)
+            call = ToolCall(self._new_id(), self._call_name, self._arguments)
+            self._out.append(ToolCallStart(len(self.calls), call.id, call.name))
+            if call.arguments:
+                self._out.append(ToolCallArguments(len(self.calls), call.arguments))
+            self.calls.append(call)
+        self._call = self._call_name = None
         self._held = ""
 
     def _not_a_call(self) -> bool:
@@ -286,3 +308,13 @@ class ToolCallParser:
     def _drain(self) -> list[ToolEvent]:
         out, self._out = self._out, []
         return out
+
+
+def _normal_arguments(arguments: str) -> str:
+    """Arguments as a JSON value compared by value (key order and spacing do not matter); text that is not JSON
+    as it stands."""
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError:
+        return arguments
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -98,9 +98,9 @@ def _calls_by_id(messages: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def _arguments(call: dict[str, Any], where: str) -> dict[str, Any] | str:
-    """A past call's arguments: the object, or, when they are not JSON at all, the text as it stands. A call cut
-    short by max_tokens (finish_reason "length") comes back from clients that way: the server never refuses its
-    own output; the model sees what it wrote. JSON that is not an object is no call's arguments: refused."""
+    """A past call's arguments: the object, or, when they are not JSON at all, the text as it stands (a call cut
+    short by another server's max_tokens comes back from clients that way; this one never returns a cut call):
+    the model sees what was written. JSON that is not an object is no call's arguments: refused."""
     text = call.get("function", {}).get("arguments", "")
     try:
         value = json.loads(text) if isinstance(text, str) else text

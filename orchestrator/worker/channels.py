@@ -1,6 +1,7 @@
 """A choice's text split into the channels OpenAI's chat answers have: the answer's content, the model's thinking
 (reasoning models), and tool calls. Runs in the worker, per request, on each step's new text (after stop
-strings), for requests that ask for it; others skip it entirely."""
+strings), for requests that ask for it; others skip it entirely. `ended` says when the tool calls ended the
+turn before the engine did (a repeated call): the worker then finishes the request as it does for a stop string."""
 
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ class OutputChannels:
     @property
     def made_calls(self) -> bool:
         return self._parser is not None and bool(self._parser.calls)
+
+    @property
+    def ended(self) -> bool:
+        """A call repeated an earlier one of the turn: the sequence should end here (finish reason tool_calls)."""
+        return self._parser is not None and self._parser.ended
 
     def feed(self, text: str) -> ChannelText:
         out = ChannelText()

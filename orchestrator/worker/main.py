@@ -153,14 +153,14 @@ class Worker:
         for delta in deltas:
             output = live.get(delta.request_id)
             if output is None:
-                continue  # ended here already (a stop string): the engine's late words are not needed
+                continue  # ended here already (a stop string, a repeated call): its late words are not needed
             row = output.row(delta)
             if row is None:
                 continue
             rows.append(row)
             if row[ROW_FINISH] is not None:
                 del live[delta.request_id]
-                if delta.finish is None:  # a stop string ended it: free its place in the engine now
+                if delta.finish is None:  # a stop string or a repeated call ended it: free its engine place now
                     self._backend.cancel(delta.request_id)
         if rows:
             self._send(rows)

@@ -32,9 +32,9 @@ class TokenTexts:
 
 
 class SequenceOutput:
-    """The text of one sequence so far; `stopped` once a stop string ended it. With `channels` (requests that
-    parse tool calls or thinking), each step's text is split into content, reasoning and tool calls, and special
-    tokens stay in the text the parsers read (a format's call marker may be one)."""
+    """The text of one sequence so far; `stopped` once a stop string or a repeated tool call ended it. With
+    `channels` (requests that parse tool calls or thinking), each step's text is split into content, reasoning and
+    tool calls, and special tokens stay in the text the parsers read (a format's call marker may be one)."""
 
     __slots__ = ("_channels", "_detokenizer", "_min_tokens", "_plain", "_stops", "_texts", "generated",
                  "request_id", "stopped")
@@ -87,13 +87,16 @@ class SequenceOutput:
         return out
 
     def _split(self, out: TextDelta) -> None:
-        parts = self._channels.feed(out.text)
+        channels = self._channels
+        parts = channels.feed(out.text)
+        if channels.ended:  # a call repeated an earlier one: the turn is over, the worker ends the request
+            out.finish, self.stopped = FinishReason.TOOL_CALLS, True
         if out.finish is not None:
-            rest = self._channels.finish()
+            rest = channels.finish()
             parts.content += rest.content
             parts.reasoning += rest.reasoning
             parts.tool_calls += rest.tool_calls
-            if out.finish is FinishReason.STOP and self._channels.made_calls:
+            if out.finish is FinishReason.STOP and channels.made_calls:
                 out.finish = FinishReason.TOOL_CALLS
         out.text, out.reasoning, out.tool_calls = parts.content, parts.reasoning or None, parts.tool_calls or None
 

@@ -164,19 +164,38 @@ def test_required_tool_calls_have_arguments_that_validate(client, model):
         assert set(args) == {"zone"}
 
 
-def test_parallel_required_calls_all_validate(client, model):
-    """With parallel calls allowed a small model may keep calling until max_tokens: every call it closed is valid
-    (a call cut off by the limit is the only one that may not be)."""
-    reply = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER, TIME], tool_choice="required",
-                                           temperature=0, max_tokens=90)
+def _calls_of_stream(stream) -> tuple[list[tuple[str, str]], str | None]:
+    calls: dict[int, list[str]] = {}
+    finish = None
+    for chunk in stream:
+        for choice in chunk.choices:
+            for entry in choice.delta.tool_calls or ():
+                call = calls.setdefault(entry.index, [entry.function.name or "", ""])
+                call[1] += entry.function.arguments or ""
+            finish = choice.finish_reason or finish
+    return [(name, arguments) for _, (name, arguments) in sorted(calls.items())], finish
+
+
+@pytest.mark.parametrize("max_tokens", [12, 40, 300])
+def test_required_calls_are_whole_and_never_repeat(client, model, max_tokens):
+    """With parallel calls allowed a small model may go on calling: a call identical to an earlier one ends the turn
+    (it is not returned), and a call cut by max_tokens is not returned either, so every returned call parses and
+    none repeats another; finish_reason is length only when max_tokens was reached; a stream says the same."""
+    ask = dict(model=model, messages=ASK, tools=[WEATHER, TIME], tool_choice="required", temperature=0,
+               max_tokens=max_tokens)
+    reply = client.chat.completions.create(**ask)
     choice = reply.choices[0]
-    calls = choice.message.tool_calls
-    assert choice.finish_reason in ("tool_calls", "length") and calls
-    closed = calls if choice.finish_reason == "tool_calls" else calls[:-1]
-    for call in closed:
-        args = json.loads(call.function.arguments)
-        assert call.function.name in ("get_weather", "get_time")
-        assert set(args) == ({"city", "unit"} if call.function.name == "get_weather" else {"zone"})
+    calls = [(call.function.name, call.function.arguments) for call in choice.message.tool_calls or ()]
+    values = [(name, json.loads(arguments)) for name, arguments in calls]
+    for name, args in values:
+        assert name in ("get_weather", "get_time")
+        assert set(args) == ({"city", "unit"} if name == "get_weather" else {"zone"})
+    assert all(values[i] != values[j] for i in range(len(values)) for j in range(i)), calls
+    if choice.finish_reason == "length":
+        assert reply.usage.completion_tokens == max_tokens
+    else:
+        assert choice.finish_reason == "tool_calls" and calls and reply.usage.completion_tokens <= max_tokens
+    assert _calls_of_stream(client.chat.completions.create(**ask, stream=True)) == (calls, choice.finish_reason)
 
 
 def test_a_named_tool_choice_calls_exactly_that_function_once(client, model):

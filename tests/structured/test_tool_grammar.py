@@ -107,6 +107,26 @@ def test_the_grammar_accepts_what_the_format_writes_and_nothing_else(cache):
             assert ok == complete, (fmt, text)
 
 
+@pytest.mark.parametrize("fmt", list(TOOL_FORMATS))
+def test_without_parallel_calls_the_grammar_ends_after_one_call(cache, fmt):
+    """parallel_tool_calls false and a named choice: one call, then only the end is allowed (a second call of
+    the same function is refused), so a model cannot repeat its call."""
+    spec = TOOL_FORMATS[fmt]
+    named = NamedToolChoice.model_validate({"type": "function", "function": {"name": "get_weather"}})
+    call = ("get_weather", {"city": "Paris", "unit": "celsius"})
+    end = cache.vocabulary.stop_token_ids[0]
+    for plan in (plan_tools(TOOLS, "required", False), plan_tools(TOOLS, named, True)):
+        guide = tool_call_guide(plan, spec)
+        once = cache.new_state(guide)._matcher
+        assert once.accept_string(spec.calls_text([call])) and once.accept_token(end), fmt
+        twice = cache.new_state(guide)._matcher
+        assert not twice.accept_string(spec.calls_text([call, call])), fmt
+        one_call = spec.calls_text([call])[: -len(spec.list_close) or None]  # before the list closes
+        after_one = cache.new_state(guide)._matcher
+        assert after_one.accept_string(one_call), fmt
+        assert not after_one.accept_string(spec.separator.strip() or "<"), fmt  # no second call may open
+
+
 def test_auto_and_none_need_no_grammar():
     assert tool_call_guide(plan_tools(TOOLS, "auto", None), TOOL_FORMATS["hermes"]) is None
     assert tool_call_guide(plan_tools(TOOLS, "none", None), TOOL_FORMATS["hermes"]) is None

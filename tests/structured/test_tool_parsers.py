@@ -185,14 +185,13 @@ def check_event_stream(events, calls):
         assert "".join(e.fragment for _, e in fragments) == call.arguments
 
 
-def test_arguments_stream_before_the_call_is_complete():
+def test_a_call_is_sent_whole_once_its_arguments_are_complete():
     parser = ToolCallParser(TOOL_FORMATS["hermes"], id_factory=ids())
-    events = parser.feed('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa')
-    assert events == [
+    assert parser.feed('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa') == []
+    assert parser.feed('ris"}}\n</tool_call>') == [
         ToolCallStart(0, "call_" + "0" * 24, "get_weather"),
-        ToolCallArguments(0, '{"city": "Pa'),
+        ToolCallArguments(0, '{"city": "Paris"}'),
     ]
-    assert parser.feed('ris"}}\n</tool_call>') == [ToolCallArguments(0, 'ris"}')]
     assert parser.finish() == []
     assert parser.calls[0].arguments == '{"city": "Paris"}'
 
@@ -213,10 +212,59 @@ def test_llama3_json_holds_an_answer_that_opens_like_a_call_until_it_is_known():
     assert plain.feed("Hi") == [ContentDelta("Hi")]  # not a call: text flows at once
 
 
-def test_a_call_cut_short_ends_as_it_stands():
-    events, calls = run("hermes", ['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'])
-    assert [(c.name, c.arguments) for c in calls] == [("get_weather", '{"city": "Par')]
-    check_event_stream(events, calls)
+@pytest.mark.parametrize("fmt", list(TOOL_FORMATS))
+@pytest.mark.parametrize("forced", [False, True])
+def test_a_call_cut_short_is_neither_a_call_nor_content(fmt, forced):
+    """Output ended by max_tokens inside the second call: the first stands; the second is dropped wherever its
+    object was cut (its opening, head or arguments), and stands once its object is complete (only its closing
+    text cut)."""
+    spec = TOOL_FORMATS[fmt]
+    first = spec.calls_text([("get_weather", WEATHER)])[: -len(spec.list_close) or None]
+    whole = spec.calls_text([("get_weather", WEATHER), ("search", NESTED)])
+    object_end = len(whole) - len(spec.list_close) - len(spec.call_close)
+    for cut in range(len(first) + len(spec.separator.strip()) + 1, len(whole) - len(spec.list_close)):
+        expected = [("get_weather", WEATHER)] + ([("search", NESTED)] if cut >= object_end else [])
+        for chunks in ([whole[:cut]], list(whole[:cut])):
+            events, calls = run(fmt, chunks, forced=forced)
+            assert summary(events, calls)[0] == "", whole[:cut]
+            assert [(c.name, json.loads(c.arguments)) for c in calls] == expected, whole[:cut]
+            check_event_stream(events, calls)
+
+
+def test_a_lone_call_cut_short_leaves_no_call():
+    for forced in (False, True):
+        events, calls = run("hermes", ['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'],
+                            forced=forced)
+        assert (events, calls) == ([], [])
+
+
+@pytest.mark.parametrize("fmt", list(TOOL_FORMATS))
+@pytest.mark.parametrize("forced", [False, True])
+def test_a_call_that_repeats_an_earlier_one_ends_the_turn(fmt, forced):
+    """Same name and the same arguments as JSON values (key order and spacing aside): the repeat is dropped, the
+    parser reads nothing more and says the turn ended; a call of the same function with other arguments stands."""
+    spec = TOOL_FORMATS[fmt]
+    reordered = '{"unit":"celsius",  "city":"Paris"}'
+    text = spec.calls_text([("get_weather", WEATHER), ("get_weather", {"city": "Rome"}),
+                            ("get_weather", reordered), ("search", NESTED)])
+    for chunks in (list(text), [text]):
+        events, calls = run(fmt, chunks, forced=forced)
+        assert summary(events, calls)[0] == ""
+        assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+            ("get_weather", WEATHER), ("get_weather", {"city": "Rome"})]
+        assert [c.id for c in calls] == [f"call_{i:024x}" for i in range(2)]
+        check_event_stream(events, calls)
+    parser = ToolCallParser(spec, forced=forced)
+    parser.feed(spec.calls_text([("get_weather", WEATHER)] * 2))
+    assert parser.ended and parser.feed(spec.calls_text([("search", NESTED)])) == [] and parser.finish() == []
+    assert [c.name for c in parser.calls] == ["get_weather"]
+
+
+def test_calls_that_differ_do_not_end_the_turn():
+    text = TOOL_FORMATS["hermes"].calls_text([("f", {"a": 1}), ("g", {"a": 1}), ("f", {"a": 1.5}), ("f", "{}")])
+    _, calls = run("hermes", [text])
+    assert [(c.name, c.arguments) for c in calls] == [("f", '{"a": 1}'), ("g", '{"a": 1}'), ("f", '{"a": 1.5}'),
+                                                      ("f", "{}")]
 
 
 def test_openai_shapes_of_calls_and_deltas():

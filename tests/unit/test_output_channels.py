@@ -1,5 +1,6 @@
 """A choice's text split into content, thinking and tool calls in the worker, on recorded outputs tokenised by the
-real SmolLM2 tokenizer and fed as an engine would, a few tokens per step (no reasoning model runs here)."""
+real SmolLM2 tokenizer and fed as an engine would, a few tokens per step (no reasoning model runs here); and a
+repeated call ending the request in the engine, through the worker's own step path."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import pytest
 from tokenizers import Tokenizer
 
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
+from orchestrator.ipc.messages import TextDelta, decode_from_worker
 from orchestrator.structured.tool_formats import tool_format
 from orchestrator.worker.channels import OutputChannels
+from orchestrator.worker.main import Worker
 from orchestrator.worker.outputs import SequenceOutput, TokenTexts
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+ROME = CALL.replace("Paris", "Rome")
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +96,68 @@ def test_a_chunk_carries_at_most_one_entry_per_tool_call(tokenizer, step):
         indexes = [entry["index"] for entry in delta.tool_calls or ()]
         assert len(indexes) == len(set(indexes)), delta.tool_calls
     assert [json.loads(c["arguments"])["city"] for c in calls(deltas)] == ["Paris", "Rome"]
+
+
+@pytest.mark.parametrize("step", [1, 3, 40])
+def test_a_call_that_repeats_an_earlier_one_ends_the_sequence_with_tool_calls(tokenizer, step):
+    """The engine would go on (no finish of its own): the sequence ends where the repeat's object closes, the
+    repeat is not sent, and what the engine writes after it is not read."""
+    text = CALL + "\n" + ROME + "\n" + ROME.replace("celsius", "fahrenheit").replace("Rome", "Paris") + "\n"
+    text += CALL.replace('"city": "Paris", "unit": "celsius"', '"unit":"celsius","city":"Paris"') + "\n" + ROME
+    deltas = run(tokenizer, text, reasoning=None, tool_calls="forced", step=step, finish=None)
+    assert [json.loads(c["arguments"]) for c in calls(deltas)] == [
+        {"city": "Paris", "unit": "celsius"}, {"city": "Rome", "unit": "celsius"},
+        {"city": "Paris", "unit": "fahrenheit"}]
+    assert deltas[-1].finish is FinishReason.TOOL_CALLS
+    assert [d.finish for d in deltas[:-1]] == [None] * (len(deltas) - 1)
+    assert joined(deltas, "text") == ""
+
+
+@pytest.mark.parametrize("step", [1, 4])
+def test_a_call_cut_by_max_tokens_is_not_sent_and_the_finish_says_length(tokenizer, step):
+    for cut in (15, 40, len(ROME) - 14):
+        deltas = run(tokenizer, CALL + "\n" + ROME[:cut], reasoning=None, tool_calls="forced", step=step,
+                     finish=FinishReason.LENGTH)
+        assert [json.loads(c["arguments"])["city"] for c in calls(deltas)] == ["Paris"]
+        assert deltas[-1].finish is FinishReason.LENGTH and joined(deltas, "text") == ""
+
+
+@pytest.mark.parametrize("step", [1, 3])
+def test_each_streamed_call_comes_whole_in_one_entry(tokenizer, step):
+    deltas = run(tokenizer, CALL + "\n" + ROME, reasoning=None, tool_calls="auto", step=step)
+    entries = [entry for d in deltas for entry in d.tool_calls or ()]
+    assert [(e["index"], e["function"]["name"]) for e in entries] == [(0, "get_weather"), (1, "get_weather")]
+    assert [json.loads(e["function"]["arguments"])["city"] for e in entries] == ["Paris", "Rome"]
+
+
+class RecordingBackend:
+    def __init__(self):
+        self.cancelled: list[str] = []
+
+    def submit(self, request):
+        pass
+
+    def cancel(self, request_id):
+        self.cancelled.append(request_id)
+
+
+class RecordingChannel:
+    def __init__(self):
+        self.frames: list[dict] = []
+
+    def send(self, frame):
+        self.frames.append(frame)
+
+
+def test_the_worker_ends_the_request_in_the_engine_at_a_repeated_call(tokenizer):
+    """As for a stop string: the engine is told to cancel, its later tokens are dropped, the row says tool_calls."""
+    backend, channel = RecordingBackend(), RecordingChannel()
+    worker = Worker(channel, backend, tokenizer, tokenizer.get_vocab_size(with_added_tokens=True))
+    worker._submit(EngineRequest("r", (1,), 500, tool_calls="forced"))
+    ids = tokenizer.encode(CALL + "\n" + CALL + "\n" + ROME, add_special_tokens=False).ids
+    for start in range(0, len(ids), 5):
+        worker.step([TokenDelta("r", ids[start : start + 5])])
+    rows = [TextDelta.from_wire(row) for frame in channel.frames for row in decode_from_worker(frame).rows]
+    assert backend.cancelled == ["r"]
+    assert rows[-1].finish is FinishReason.TOOL_CALLS
+    assert [json.loads(c["arguments"])["city"] for c in calls(rows)] == ["Paris"]
