@@ -3,7 +3,7 @@ conversion into the server's `Generation` (the prompt through conversation.py an
 chat completions makes it).
 
 Every top-level field of Anthropic's (beta) request is named here: honoured, or accepted and ignored where it has
-no meaning on this server (`IGNORED`, documented in docs/api.md); a field Anthropic does not define is refused,
+no meaning on this server (documented in docs/api.md); a field Anthropic does not define is refused,
 naming it, as Anthropic does. `max_tokens` is required, as Anthropic requires it, and is the most the answer may
 take: beyond the room the prompt leaves in the context, or the model's ceiling, it is that room (Claude Code asks
 for 32000 whatever the model).
@@ -21,7 +21,7 @@ from orchestrator.api.messages_api.conversation import chat_messages
 from orchestrator.api.output_plan import OutputPlan, check_output
 from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import FIELD_BOUNDS
-from orchestrator.errors import ContextLengthExceeded, UnsupportedParameter
+from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
 from orchestrator.structured.tool_formats import tool_format
 from orchestrator.structured.tool_grammar import tool_call_guide
 from orchestrator.structured.tools import (
@@ -32,14 +32,10 @@ from orchestrator.structured.tools import (
     ToolDefinition,
     plan_tools,
 )
+from orchestrator.structured.tools import ToolChoice as ChatToolChoice
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 StopString = Annotated[str, Field(min_length=1, max_length=FIELD_BOUNDS.stop_string_chars)]
-# Top-level fields accepted and ignored: Anthropic's platform features (caching hints, context editing, effort,
-# containers, MCP servers, fallbacks, routing) with no meaning for a local model.
-IGNORED = ("cache_control", "context_management", "output_config", "container", "mcp_servers", "compaction",
-           "diagnostics", "inference_geo", "speed", "billing_policy", "fallbacks", "fallback_credit_token",
-           "thread", "output_format")
 
 
 class _Wire(BaseModel):
@@ -103,6 +99,8 @@ class CountTokensRequest(_Wire):
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
+    # Accepted and ignored: Anthropic's platform features (caching hints, context editing, effort, MCP servers,
+    # speed, billing, structured output in beta) that have no meaning for a model served here (docs/api.md).
     cache_control: dict[str, Any] | None = None
     context_management: dict[str, Any] | None = None
     output_config: dict[str, Any] | None = None
@@ -116,17 +114,24 @@ class CountTokensRequest(_Wire):
         return chat_messages(self.system, self.messages)
 
     def output_plan(self, engine: Engine) -> OutputPlan:
-        choice = self.tool_choice
         tools = self.custom_tools()
-        if choice is not None and choice.type == "tool":
-            chat_choice = NamedToolChoice(type="function", function=FunctionName(name=choice.name or ""))
-        else:
-            chat_choice = {"auto": "auto", "any": "required", "none": "none", None: None}[choice and choice.type]
-        parallel = None if choice is None or choice.disable_parallel_tool_use is None else (
-            not choice.disable_parallel_tool_use)
-        plan = plan_tools(tools, chat_choice if tools else None, parallel)
+        choice, parallel = self.chat_tool_choice()
+        plan = plan_tools(tools, choice if tools else None, parallel)
         guide = tool_call_guide(plan, tool_format(engine.manifest.chat.tool_call_format)) if plan else None
         return OutputPlan.for_model(engine.manifest.chat, guide, plan, chat=True)
+
+    def chat_tool_choice(self) -> tuple[ChatToolChoice | None, bool | None]:
+        """tool_choice as chat's `tool_choice` and `parallel_tool_calls`: auto, any (required), tool (named), none."""
+        choice = self.tool_choice
+        if choice is None:
+            return None, None
+        parallel = None if choice.disable_parallel_tool_use is None else not choice.disable_parallel_tool_use
+        if choice.type == "tool":
+            if not choice.name:
+                raise InvalidRequest("tool_choice.name is required when tool_choice.type is 'tool'",
+                                     param="tool_choice.name")
+            return NamedToolChoice(type="function", function=FunctionName(name=choice.name)), parallel
+        return {"auto": "auto", "any": "required", "none": "none"}[choice.type], parallel
 
     def custom_tools(self) -> list[ToolDefinition] | None:
         """The tools in chat completions' shape (none for an empty list); a server tool is refused, naming it."""
@@ -153,6 +158,7 @@ class MessagesRequest(CountTokensRequest):
     metadata: Metadata | None = None
     stream: bool = False
     service_tier: Literal["auto", "standard_only"] | None = None
+    # Accepted and ignored, as above: containers, diagnostics, routing and fallbacks.
     container: Any = None
     diagnostics: dict[str, Any] | None = None
     inference_geo: str | None = None
