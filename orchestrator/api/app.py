@@ -34,6 +34,7 @@ from orchestrator.api.openapi import openapi
 from orchestrator.api.origins import origins_middleware, stamp_cors
 from orchestrator.api.outcome import outcome_middleware
 from orchestrator.api.preparation import most_prompt_chars
+from orchestrator.api.messages_api import routes as messages_api
 from orchestrator.api.responses_api import routes as responses_api
 from orchestrator.api.state import STATE, AppState
 from orchestrator.api.tokenize import detokenize, tokenize
@@ -166,6 +167,7 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
     app.router.add_get("/metrics", metrics)
     admin.add_routes(app)
     responses_api.add_routes(app)
+    messages_api.add_routes(app)
     app.on_response_prepare.extend([stamp_request_id, stamp_cors])
     app.on_shutdown.append(_drain_on_shutdown)
     app.cleanup_ctx.extend([_store_lifetime, _scheduler_lifetime])  # cleaned up in reverse: the store last
