@@ -30,11 +30,11 @@ from orchestrator.api.completions_format import Format
 from orchestrator.api.error_handling import errors_middleware, stamp_request_id
 from orchestrator.api.generation import serve_generation
 from orchestrator.api.http import json_response
+from orchestrator.api.messages_api import routes as messages_api
 from orchestrator.api.openapi import openapi
 from orchestrator.api.origins import origins_middleware, stamp_cors
 from orchestrator.api.outcome import outcome_middleware
 from orchestrator.api.preparation import most_prompt_chars
-from orchestrator.api.messages_api import routes as messages_api
 from orchestrator.api.responses_api import routes as responses_api
 from orchestrator.api.state import STATE, AppState
 from orchestrator.api.tokenize import detokenize, tokenize
