@@ -179,8 +179,9 @@ def resolve_or_fetch(recipe: Recipe, given: Path | None, cache: Path | None, hub
     files to fetch (listed, not downloaded), or why they cannot be."""
     checkpoint = resolve_checkpoint(recipe, given, cache)
     repo = recipe.source.hf_repo
-    if checkpoint.path is not None or hub.offline or given is not None or cache is None or not repo \
-            or recipe.source.kind != "hf-checkpoint" or recipe.target.backend == "sim":
+    usable = checkpoint.path is not None and checkpoint.problem is None  # a cached snapshot an earlier fetch left
+    if usable or hub.offline or given is not None or cache is None or not repo \
+            or recipe.source.kind != "hf-checkpoint" or recipe.target.backend == "sim":  # incomplete is fetched again
         return checkpoint
     try:
         files = list_files(repo, hub)

@@ -146,7 +146,7 @@ def test_a_build_fetches_only_what_it_reads_resumes_a_cut_connection_then_finds_
     assert hub.requests == []  # found in the cache: the hub is not asked
 
 
-def test_a_corrupted_file_is_refused_and_removed_from_the_cache(workspace, hub, tiny_files):
+def test_a_corrupted_file_is_refused_removed_from_the_cache_and_fetched_again(workspace, hub, tiny_files):
     hub.repos[REPO].corrupt.add("model.safetensors")
     result = build(workspace, hub)
     assert result.returncode == 1
@@ -155,6 +155,11 @@ def test_a_corrupted_file_is_refused_and_removed_from_the_cache(workspace, hub, 
     blobs = workspace["hf_home"] / "hub" / f"models--{REPO.replace('/', '--')}" / "blobs"
     assert all(blob.read_bytes() != tiny_files["model.safetensors"][1:] for blob in blobs.iterdir())
     assert not (workspace["engines"] / "tiny-fetched").exists()
+
+    hub.repos[REPO].corrupt.clear()  # run again: the incomplete snapshot left in the cache is fetched again
+    again = build(workspace, hub)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (snapshot(workspace, hub) / "model.safetensors").read_bytes() == tiny_files["model.safetensors"]
 
 
 def test_a_gated_repository_without_a_token_is_refused_with_where_to_get_access(workspace, hub):
