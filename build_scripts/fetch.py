@@ -127,8 +127,9 @@ def list_files(repo: str, hub: Hub) -> HubCheckpoint:
 
 
 def fetch(checkpoint: HubCheckpoint, cache: Path) -> Path:
-    """Download the files into the cache (each with its progress bar; a cut connection resumes), then check
-    them against the hub's hashes. Returns the snapshot folder."""
+    """Download the files into the cache, then check them against the hub's hashes; returns the snapshot folder.
+    Each file has huggingface_hub's progress bar on a terminal (none in a log) and a line once done, with the
+    running total; a cut connection resumes where it stopped."""
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import GatedRepoError
 
@@ -143,7 +144,8 @@ def fetch(checkpoint: HubCheckpoint, cache: Path) -> Path:
             raise FetchError(f"fetching {file.name} of {checkpoint.repo} failed ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0]}); run the build again to resume") from exc
         done += file.size
-        print(f"fetched {index}/{len(checkpoint.files)} files, {size_text(done)} of {size_text(total)}", flush=True)
+        print(f"fetched {index}/{len(checkpoint.files)}: {file.name} ({size_text(file.size)}); {size_text(done)} of "
+              f"{size_text(total)} in all", flush=True)
     verify(checkpoint, cache)
     return checkpoint.snapshot(cache)
 

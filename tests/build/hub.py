@@ -121,7 +121,7 @@ class LoopbackHub:
         content = repo.files[path]
         entry = _entry(path, content)
         headers = {"X-Repo-Commit": repo.commit, "ETag": f'"{entry["lfs"]["sha256"] if entry["lfs"] else entry["blob"]}"',
-                   "Accept-Ranges": "bytes"}
+                   "Accept-Ranges": "bytes", "Content-Disposition": f'inline; filename="{path.rsplit("/", 1)[-1]}";'}
         if path in repo.corrupt:
             content = bytes([content[0] ^ 0xFF]) + content[1:]
         if request.method == "HEAD":

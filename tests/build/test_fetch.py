@@ -139,7 +139,8 @@ def test_a_build_fetches_only_what_it_reads_resumes_a_cut_connection_then_finds_
     resumed = [rng for method, path, rng in hub.requests if method == "GET" and path.endswith("/model.safetensors")]
     assert len(resumed) == 2 and resumed[0] is None and resumed[1].startswith("bytes=")  # the cut one, then the rest
     count = len(wanted(tiny_files))
-    assert f"fetched {count}/{count} files" in result.stdout and "checked" in result.stdout
+    assert f"fetched {count}/{count}: " in result.stdout
+    assert f"checked {count} files against the hub's hashes" in result.stdout
     manifest = load_manifest(workspace["engines"] / "tiny-fetched")
     assert manifest.build.fingerprint.startswith("sha256:")
     assert json.loads((workspace["engines"] / "tiny-fetched" / "config.json").read_text())["num_hidden_layers"] == 2
