@@ -67,7 +67,7 @@ def render_catalogue(catalogue: dict[str, Recipe]) -> str:
         "build:   make build-engine MODEL=<name> [QUANT=fp8] [TP=<n>]   (inferno build <name> --dry-run shows the plan)",
         f"trtllm:  TensorRT-LLM {REQUIRED_TRTLLM} (e.g. in {TRTLLM_CONTAINER}); engines are compiled on the GPU",
         f"         type they serve on ({', '.join(arch_name(arch) for arch in archs)}), one GPU per TP rank",
-        "         checkpoints: --checkpoint DIR, or the Hugging Face cache; nothing is downloaded",
+        "         checkpoints: --checkpoint DIR, the Hugging Face cache, else fetched from the hub (not --offline)",
         "sim:     <model>-sim simulates the TensorRT-LLM engine on an H100 (--sim-gpu, --sim-speedup, --sim-param;",
         "         see docs/simulation.md): for measuring the server and planning capacity without a GPU",
         "llamacpp: the *-gguf recipes serve a GGUF file with llama.cpp on the CPU (--checkpoint FILE.gguf);",

@@ -1,8 +1,8 @@
 """`inferno build` and `inferno models catalogue`.
 
 The only place the build reads environment variables (INFERNO_ENGINES_DIR, INFERNO_RECIPES_DIR,
-INFERNO_TRTLLM_EXAMPLES, the Hugging Face cache variables, CUDA_VISIBLE_DEVICES); everything below
-receives plain values.
+INFERNO_TRTLLM_EXAMPLES, the Hugging Face cache and hub variables (HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE),
+CUDA_VISIBLE_DEVICES); everything below receives plain values.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from build_scripts.catalogue import RecipeError, find_recipe, load_catalogue
 from build_scripts.catalogue_view import render_catalogue
 from build_scripts.environment import probe
+from build_scripts.fetch import DEFAULT_ENDPOINT, FetchError, Hub, fetch
 from build_scripts.gguf_engine import plan_gguf
 from build_scripts.hf_engine import plan_hf
 from build_scripts.plan import Plan
@@ -25,7 +26,7 @@ from build_scripts.preflight import PreflightError, preflight
 from build_scripts.runner import INTERRUPTED, is_up_to_date, run_plan
 from build_scripts.sim_engine import plan_sim
 from build_scripts.sim_params import PARAMETERS_HELP
-from build_scripts.sources import Checkpoint, hf_hub_cache, resolve_checkpoint
+from build_scripts.sources import Checkpoint, after_fetch, hf_hub_cache, resolve_or_fetch
 from build_scripts.spec import DEFAULT_EXAMPLES, BuildOptions, BuildSpec, resolve_spec
 from build_scripts.trtllm_engine import plan_trtllm
 from orchestrator.engine.gpus import DEFAULT_GPU, GPUS
@@ -61,6 +62,8 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser.add_argument("--calib-dataset", help="FP8 calibration dataset: a local folder on air-gapped sites")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and what preflight finds, then exit")
     parser.add_argument("--force", action="store_true", help="rebuild even if the engine is up to date")
+    parser.add_argument("--offline", action="store_true", help="never download a checkpoint (also: HF_HUB_OFFLINE=1); "
+                        "by default one that is neither given nor cached is fetched from the hub (HF_ENDPOINT, HF_TOKEN)")
     _sim_arguments(parser)
     return parser
 
@@ -100,9 +103,17 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> BuildOptio
     )
 
 
+def hub_from(args: argparse.Namespace, env: Mapping[str, str]) -> Hub:
+    """The hub settings, as huggingface_hub itself reads them, and --offline."""
+    offline = args.offline or env.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    endpoint = (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    return Hub(endpoint=endpoint, token=env.get("HF_TOKEN") or None, offline=offline)
+
+
 def make_plan(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env: Mapping[str, str]) -> Plan:
     backend = spec.recipe.target.backend
-    machine = probe(backend, options.engines_dir, env.get("CUDA_VISIBLE_DEVICES"))
+    cache = options.hf_hub_cache if checkpoint.fetch else None
+    machine = probe(backend, options.engines_dir, env.get("CUDA_VISIBLE_DEVICES"), cache)
     return PLANNERS[backend](spec, options, checkpoint, machine)
 
 
@@ -137,12 +148,16 @@ def build_command(argv: list[str], env: Mapping[str, str] | None = None) -> int:
         recipe = find_recipe(load_catalogue(_recipe_dirs(args, env)), args.model)
         options = options_from(args, env)
         spec = resolve_spec(recipe, options)
-        checkpoint = resolve_checkpoint(recipe, options.checkpoint, options.hf_hub_cache)
+        checkpoint = resolve_or_fetch(recipe, options.checkpoint, options.hf_hub_cache, hub_from(args, env))
         plan = make_plan(spec, options, checkpoint, env)
         problems = preflight(plan)
         if args.dry_run:
             print(plan.render(problems))
             return 0
+        if checkpoint.fetch:  # before the build proper: its progress on the terminal, then a plan of what it got
+            if problems:
+                raise PreflightError(_refusal(plan, problems))
+            plan, problems = _fetched(plan, env)
         if not args.force and is_up_to_date(plan):
             print(f"{plan.output} is up to date (fingerprint {plan.fingerprint[:19]}…); --force rebuilds it")
             return 0
@@ -151,7 +166,22 @@ def build_command(argv: list[str], env: Mapping[str, str] | None = None) -> int:
     except (RecipeError, PreflightError) as exc:
         print(f"inferno build: {exc}", file=sys.stderr)
         return 2
+    except FetchError as exc:
+        print(f"inferno build: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # during the fetch: what it completed stays in the cache, and is not fetched again
+        print("inferno build: interrupted while fetching the checkpoint; no engine was written", file=sys.stderr)
+        return 130
     return _run(plan)
+
+
+def _fetched(plan: Plan, env: Mapping[str, str]) -> tuple[Plan, tuple[str, ...]]:
+    """Run the plan's fetch step, then plan again from the checkpoint it fetched (which the fingerprint covers)."""
+    files = plan.checkpoint.fetch
+    print(f"[fetch] {files.describe()}", flush=True)
+    fetch(files, plan.options.hf_hub_cache)
+    plan = make_plan(plan.spec, plan.options, after_fetch(plan.recipe, plan.checkpoint), env)
+    return plan, preflight(plan)
 
 
 def _run(plan: Plan) -> int:

@@ -37,6 +37,8 @@ class Environment:
     gpus: tuple[Gpu, ...] = ()
     gpu_problem: str | None = None  # why no GPU could be listed
     trtllm_build: str | None = None  # the trtllm-build executable, if found
+    cache_free_disk_bytes: int | None = None  # free bytes where the Hugging Face cache is (None: not probed)
+    cache_shares_disk: bool = False  # the cache and the engines folder are on one filesystem
 
 
 def tool_versions(tools: dict[str, tuple[str, ...]]) -> dict[str, str]:
@@ -52,12 +54,25 @@ def tool_versions(tools: dict[str, tuple[str, ...]]) -> dict[str, str]:
     return versions
 
 
-def free_disk(folder: Path) -> int:
-    """Free bytes on the filesystem that holds `folder` (or would, once created)."""
+def _existing(folder: Path) -> Path:
     existing = folder.absolute()
     while not existing.exists():
         existing = existing.parent
-    return shutil.disk_usage(existing).free
+    return existing
+
+
+def free_disk(folder: Path) -> int:
+    """Free bytes on the filesystem that holds `folder` (or would, once created)."""
+    return shutil.disk_usage(_existing(folder)).free
+
+
+def cache_disk(cache: Path | None, engines_dir: Path) -> dict:
+    """The Environment fields that say where a fetched checkpoint goes: free bytes there, and whether the engines
+    folder is on the same filesystem (then the two share that space)."""
+    if cache is None:
+        return {}
+    return {"cache_free_disk_bytes": free_disk(cache),
+            "cache_shares_disk": _existing(cache).stat().st_dev == _existing(engines_dir).stat().st_dev}
 
 
 def list_gpus(visible: str | None = None) -> tuple[tuple[Gpu, ...], str | None]:
@@ -73,11 +88,12 @@ def find_trtllm_build() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("trtllm-build")
 
 
-def probe(backend: str, engines_dir: Path, visible_devices: str | None = None) -> Environment:
-    """The machine as the build sees it; GPUs are listed only for TensorRT builds (a sim engine needs none)."""
+def probe(backend: str, engines_dir: Path, visible_devices: str | None = None, cache: Path | None = None) -> Environment:
+    """The machine as the build sees it; GPUs are listed only for TensorRT builds (a sim engine needs none), the
+    disk where the Hugging Face cache is only for a build that fetches into it (`cache`)."""
     if backend in ("hf", "sim", "llamacpp"):
         tools = {"hf": HF_TOOLS, "sim": SIM_TOOLS, "llamacpp": LLAMACPP_TOOLS}[backend]
-        return Environment(tool_versions(tools), sys.executable, free_disk(engines_dir))
+        return Environment(tool_versions(tools), sys.executable, free_disk(engines_dir), **cache_disk(cache, engines_dir))
     gpus, problem = list_gpus(visible_devices)
     return Environment(
         tools=tool_versions(TRTLLM_TOOLS),
@@ -86,4 +102,5 @@ def probe(backend: str, engines_dir: Path, visible_devices: str | None = None) -
         gpus=gpus,
         gpu_problem=problem,
         trtllm_build=find_trtllm_build(),
+        **cache_disk(cache, engines_dir),
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from build_scripts.environment import Environment
+from build_scripts.fetch import fetch, size_text
 from build_scripts.fingerprint import fingerprint
 from build_scripts.recipe import Recipe
 from build_scripts.requirements import requirements
@@ -117,8 +118,10 @@ class Plan:
             f"  limits:      max_batch_size {limits.max_batch_size}, max_input_len {limits.max_input_len}, "
             f"max_seq_len {limits.max_seq_len}, max_num_tokens {limits.max_num_tokens}",
             f"  disk:        about {self.disk_bytes / 1e9:.1f} GB free needed under {self.output.parent}",
+            *([f"  fetch:       {size_text(self.checkpoint.fetch.total_bytes)} into {self.options.hf_hub_cache}"]
+              if self.checkpoint.fetch else []),
             f"  output:      {self.output} (staged in {self.staging})",
-            f"  fingerprint: {self.fingerprint or 'unknown until the checkpoint is found'}",
+            f"  fingerprint: {self.fingerprint or 'unknown until the checkpoint is ' + ('fetched' if self.checkpoint.fetch else 'found')}",
             "  steps:",
         ]
         for index, step in enumerate(self.steps, 1):
@@ -131,6 +134,12 @@ class Plan:
         else:
             lines.append("  preflight: ok")
         return "\n".join(lines)
+
+
+def fetch_step(checkpoint: Checkpoint) -> BuildStep:
+    """The step that downloads the checkpoint's files into the Hugging Face cache (build_scripts/fetch.py)."""
+    files = checkpoint.fetch
+    return BuildStep("fetch", files.describe(), action=lambda ctx: fetch(files, ctx.plan.options.hf_hub_cache))
 
 
 @dataclass
@@ -159,6 +168,6 @@ def new_plan(spec: BuildSpec, options: BuildOptions, checkpoint: Checkpoint, env
         inputs={"recipe": spec.recipe.model_dump(mode="json"), "source": checkpoint.identity, "tools": env.tools,
                 "target_arch": spec.arch, **(inputs or {})},
         gpu=next((gpu for gpu in env.gpus if gpu.arch == spec.arch), None),
-        steps=steps,
+        steps=(fetch_step(checkpoint), *steps) if checkpoint.fetch else steps,
         environment=env,
     )

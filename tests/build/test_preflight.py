@@ -83,7 +83,8 @@ def test_a_missing_checkpoint_says_how_to_give_one(catalogue, examples, tmp_path
     assert "no checkpoint for llama3-8b: pass --checkpoint DIR" in problem
     assert "BUILD_ARGS='--checkpoint DIR'" in problem
     assert f"meta-llama/Meta-Llama-3-8B-Instruct is not in the Hugging Face cache ({tmp_path / 'hub'})" in problem
-    assert "never downloads" in problem
+    assert "Offline (--offline or HF_HUB_OFFLINE=1) the build does not download" in problem
+    assert "without --offline and with HF_HUB_OFFLINE unset to let the build fetch them" in problem
 
 
 def test_an_incomplete_checkpoint_names_what_it_lacks(catalogue, examples, hf_folder):
@@ -109,7 +110,8 @@ def test_the_hf_build_needs_torch_and_transformers(catalogue):
 def test_building_llama3_8b_here_fails_fast_and_writes_nothing(tmp_path):
     engines = tmp_path / "engines"
     engines.mkdir()
-    result = inferno_build("llama3-8b", "--engines-dir", str(engines), env={"HF_HUB_CACHE": str(tmp_path / "hub")})
+    result = inferno_build("llama3-8b", "--engines-dir", str(engines),
+                           env={"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 2
     assert "inferno build: cannot build llama3-8b here; nothing was written" in result.stderr
     assert "TensorRT-LLM is not installed" in result.stderr

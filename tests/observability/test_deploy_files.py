@@ -215,5 +215,35 @@ def test_engine_build_job_writes_the_engines_volume_on_a_gpu():
     [build] = job["spec"]["template"]["spec"]["containers"]
     assert build["args"][0] == "build"
     assert build["resources"]["limits"]["nvidia.com/gpu"] >= 1
-    [volume] = [v for v in job["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    [volume] = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "engines"]
     assert volume["persistentVolumeClaim"]["claimName"] == "inferno-engines"
+
+
+def test_engine_build_job_fetches_into_the_checkpoints_volume_and_the_pods_wait_for_its_engine(k8s):
+    job = load_yaml(K8S / "engine-build-job.yaml")["spec"]["template"]["spec"]
+    [build] = job["containers"]
+    env = {item["name"]: item for item in build["env"]}
+    mounts = {mount["name"]: mount["mountPath"] for mount in build["volumeMounts"]}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in job["volumes"] if "persistentVolumeClaim" in v}
+    assert env["HF_HOME"]["value"].startswith(mounts["checkpoints"] + "/")  # the cache is on the volume
+    assert claims["checkpoints"] == load_yaml(K8S / "checkpoints-pvc.yaml")["metadata"]["name"]
+    assert env["HF_HUB_OFFLINE"]["value"] in ("0", "1")
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["optional"] is True
+    assert build["args"][-1] == mounts["engines"]
+    pod = k8s["Deployment"]["spec"]["template"]["spec"]
+    [wait] = pod["initContainers"]
+    [server_mount] = [m for m in container(k8s)["volumeMounts"] if m["name"] == "engines"]
+    [wait_mount] = wait["volumeMounts"]
+    assert wait_mount["name"] == "engines" and wait_mount["mountPath"] == server_mount["mountPath"]
+    assert f"{wait_mount['mountPath']}/*/engine.json" in wait["command"][-1]
+    assert claims["engines"] == next(v for v in pod["volumes"] if v["name"] == "engines")["persistentVolumeClaim"]["claimName"]
+
+
+def test_compose_build_service_matches_the_build_job():
+    service = load_yaml(DEPLOY / "compose.gpu.yaml")["services"]["build-engine"]
+    assert service["profiles"] == ["build"]  # `up` does not start it
+    assert service["command"][0] == "build" and service["command"][-2:] == ["--engines-dir", "/engines"]
+    home = service["environment"]["HF_HOME"]
+    assert any(volume.endswith(":" + home) for volume in service["volumes"])
+    served = load_yaml(DEPLOY / "compose.gpu.yaml")["services"]["inferno"]["volumes"]
+    assert [v for v in service["volumes"] if v.endswith(":/engines")] == [v for v in served if v.endswith(":/engines")]
