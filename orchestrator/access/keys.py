@@ -136,7 +136,7 @@ class KeyRing:
 
 def load_keys(auth: AuthConfig, models: list[str]) -> KeyRing:
     """The keys of the keys file, then `api_keys` (named api-key-1, ...) and the admin key (named admin).
-    Raises KeysError for an unreadable file, a bad entry or a key given twice; warns of plain-text keys in
+    Raises KeysError for an unreadable file, a bad entry, a key given twice or two keys of one name; warns of plain-text keys in
     the file and of models that no engine serves."""
     entries: list[tuple[str, bytes, KeyPolicy]] = []
     if auth.keys_file is not None:
@@ -148,6 +148,9 @@ def load_keys(auth: AuthConfig, models: list[str]) -> KeyRing:
         entries.append(("admin", stored_digest(auth.admin_key, "auth.admin_key"), KeyPolicy("admin", admin=True)))
     policies: dict[bytes, KeyPolicy] = {}
     for name, digest, policy in entries:
+        if any(known.name == name for known in policies.values()):
+            raise KeysError(f"two keys are named '{name}': a name is a key's identity (its limits and usage), "
+                            "so names must be distinct (auth.api_keys are named api-key-1, ...; auth.admin_key admin)")
         if digest in policies:
             raise KeysError(f"the keys '{policies[digest].name}' and '{name}' are the same key")
         policies[digest] = policy
@@ -157,9 +160,18 @@ def load_keys(auth: AuthConfig, models: list[str]) -> KeyRing:
 def _read(path: Path) -> dict:
     try:
         text = path.read_text()
-        return json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+        return json.loads(text, object_pairs_hook=_distinct) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except (OSError, ValueError) as exc:  # json and toml decode errors are ValueErrors
         raise KeysError(f"{path}: {exc}") from exc
+
+
+def _distinct(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose names are distinct (json.loads would keep the last of two silently)."""
+    names = [name for name, _ in pairs]
+    for name in names:
+        if names.count(name) > 1:
+            raise KeysError(f"'{name:.80}' appears twice in one object")
+    return dict(pairs)
 
 
 def _file_entries(path: Path, served: set[str]) -> list[tuple[str, bytes, KeyPolicy]]:
