@@ -22,6 +22,7 @@ like the key itself.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import logging
 import re
@@ -65,8 +66,10 @@ class KeyPolicy:
         return any(v is not None for v in (self.requests_per_minute, self.tokens_per_minute, self.max_concurrent))
 
 
-# The caller of a server without keys: it is open, to every model, without limits.
+# The caller of a server without keys: it is open, to every model, without limits. On loopback (a local
+# default) that caller may use the admin API too; a server opened to others (auth.allow_open) never lets it.
 ANONYMOUS = KeyPolicy("anonymous", admin=True)
+OPEN_ANONYMOUS = KeyPolicy("anonymous")
 
 
 class _Limits(BaseModel):
@@ -118,8 +121,10 @@ def stored_digest(stored: str, where: str) -> bytes:
 class KeyRing:
     """Every configured key, by digest. Empty: the server is open and every caller is ANONYMOUS."""
 
-    def __init__(self, policies: dict[bytes, KeyPolicy]):
+    def __init__(self, policies: dict[bytes, KeyPolicy], allow_open: bool = False):
         self._by_digest = dict(policies)
+        self.allow_open = allow_open  # served open to others on purpose: the anonymous caller is no admin
+        self.anonymous = OPEN_ANONYMOUS if allow_open else ANONYMOUS
 
     @property
     def configured(self) -> bool:
@@ -154,7 +159,28 @@ def load_keys(auth: AuthConfig, models: list[str]) -> KeyRing:
         if digest in policies:
             raise KeysError(f"the keys '{policies[digest].name}' and '{name}' are the same key")
         policies[digest] = policy
-    return KeyRing(policies)
+    return KeyRing(policies, auth.allow_open)
+
+
+def refuse_open_exposure(host: str, keys: KeyRing) -> None:
+    """KeysError when a server without keys would listen beyond loopback and `auth.allow_open` does not say so:
+    anyone who reached the port could use every model."""
+    if keys.configured or keys.allow_open or _loopback(host):
+        return
+    raise KeysError(
+        f"no API keys are configured and the server would listen on {host!r}, beyond loopback, where anyone who "
+        "reaches the port could use every model. Configure keys (--auth.keys-file; inferno keys new makes one), "
+        "listen on 127.0.0.1, or pass --auth.allow-open to serve open on purpose"
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name, or "" (every interface)
+        return False
 
 
 def _read(path: Path) -> dict:
