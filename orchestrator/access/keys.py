@@ -119,7 +119,8 @@ def stored_digest(stored: str, where: str) -> bytes:
 
 
 class KeyRing:
-    """Every configured key, by digest. Empty: the server is open and every caller is ANONYMOUS."""
+    """Every configured key, by digest. Empty: the server is open and every caller is `anonymous` (ANONYMOUS, an
+    admin; OPEN_ANONYMOUS, not one, when `auth.allow_open` opened it to others)."""
 
     def __init__(self, policies: dict[bytes, KeyPolicy], allow_open: bool = False):
         self._by_digest = dict(policies)
@@ -141,8 +142,8 @@ class KeyRing:
 
 def load_keys(auth: AuthConfig, models: list[str]) -> KeyRing:
     """The keys of the keys file, then `api_keys` (named api-key-1, ...) and the admin key (named admin).
-    Raises KeysError for an unreadable file, a bad entry, a key given twice or two keys of one name; warns of plain-text keys in
-    the file and of models that no engine serves."""
+    Raises KeysError for an unreadable file, a bad entry, a key given twice or two keys of one name; warns of
+    plain-text keys in the file and of models that no engine serves."""
     entries: list[tuple[str, bytes, KeyPolicy]] = []
     if auth.keys_file is not None:
         entries += _file_entries(auth.keys_file, set(models))

@@ -42,7 +42,7 @@ def _answers(default_engine, flags: list[str], calls: list[tuple[str, str | None
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.7", "inferno.example", ""])
 def test_without_keys_a_server_beyond_loopback_is_refused_naming_the_flag(default_engine, host):
     config = _config(default_engine, "--host", host)
-    with pytest.raises(KeysError, match="--auth.allow-open"):
+    with pytest.raises(KeysError, match=r"--auth\.allow-open"):
         build_app(config, discover(config.engines_dir, config.models), FakeWorkers())
 
 

@@ -36,7 +36,7 @@ def test_images_run_unprivileged_and_read_their_keys_file(name):
 def test_the_shipped_keys_files_hold_no_key_so_nothing_starts_open(keys_file):
     keys = load_keys(AuthConfig(keys_file=keys_file), [])
     assert not keys.configured
-    with pytest.raises(KeysError, match="--auth.allow-open"):
+    with pytest.raises(KeysError, match=r"--auth\.allow-open"):
         refuse_open_exposure("0.0.0.0", keys)
 
 
