@@ -126,6 +126,10 @@ class AuthConfig(_Section):
     admin_key: str | None = Field(
         None, description="bearer key for /admin, plain or sha256:<hex> (default: open unless keys are set)"
     )
+    allow_open: bool = Field(
+        False, description="serve without API keys on an address other than loopback: anyone who reaches the "
+        "port may use every model (the admin API stays closed without an admin key)"
+    )
 
 
 class AuditConfig(_Section):

@@ -7,7 +7,9 @@ JSON responses and for the error event sent when a stream has already started.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 
 class InfernoError(Exception):
@@ -204,3 +206,15 @@ def to_wire(error: InfernoError) -> dict:
 def from_wire(data: dict) -> InfernoError:
     cls = _BY_NAME.get(data.get("kind", ""), EngineError)
     return cls(data.get("message", "engine error"), param=data.get("param"), retry_after_s=data.get("retry_after_s"))
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/-])(?:/[\w.@+=,~-]+)+")
+
+
+def without_paths(text: str, folder: Path | None = None) -> str:
+    """`text` fit for a client: the engine folder `folder` named by its name alone (a file in it as
+    `<name>/<file>`), any other absolute path by its last part. Where the server's files lie is not the
+    client's business, and error text ends up in responses, /ready and the logs that users are shown."""
+    if folder is not None:
+        text = text.replace(str(folder.resolve()), folder.name).replace(str(folder), folder.name)
+    return _ABSOLUTE_PATH.sub(lambda match: match.group(0).rsplit("/", 1)[-1], text)

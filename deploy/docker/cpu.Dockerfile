@@ -3,7 +3,9 @@
 # `make serve`'s llamacpp engine runs llama.cpp compiled for the machine it is built on (-march=native), which
 # an image that runs anywhere cannot assume. The engine is built into the image. From the repository root:
 #   docker build -f deploy/docker/cpu.Dockerfile -t inferno:cpu .
-#   docker run --rm -p 8000:8000 inferno:cpu
+#   docker run --rm -p 127.0.0.1:8000:8000 -v "$PWD/deploy/keys.toml:/etc/inferno/keys.toml:ro" inferno:cpu
+# It listens on every interface of its container, so it needs API keys: a keys file mounted at
+# /etc/inferno/keys.toml (deploy/README.md says how to make keys); without one it refuses to start.
 
 FROM python:3.12-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PATH=/opt/inferno/venv/bin:$PATH
@@ -22,11 +24,14 @@ RUN inferno build smollm2-135m-hf --name smollm2-135m --engines-dir /opt/inferno
 
 FROM python:3.12-slim-bookworm
 COPY --from=build /opt/inferno /opt/inferno
-RUN useradd --create-home --uid 10001 inferno
+RUN useradd --create-home --uid 10001 inferno \
+ && mkdir -p /var/lib/inferno && chown inferno:inferno /var/lib/inferno
 ENV PATH=/opt/inferno/venv/bin:$PATH \
     INFERNO_HOST=0.0.0.0 \
     INFERNO_PORT=8000 \
     INFERNO_ENGINES_DIR=/opt/inferno/engines \
+    INFERNO_AUTH__KEYS_FILE=/etc/inferno/keys.toml \
+    INFERNO_DATA_DIR=/var/lib/inferno \
     INFERNO_DRAIN_TIMEOUT_S=30
 USER inferno
 EXPOSE 8000

@@ -22,6 +22,7 @@ like the key itself.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import logging
 import re
@@ -65,8 +66,10 @@ class KeyPolicy:
         return any(v is not None for v in (self.requests_per_minute, self.tokens_per_minute, self.max_concurrent))
 
 
-# The caller of a server without keys: it is open, to every model, without limits.
+# The caller of a server without keys: it is open, to every model, without limits. On loopback (a local
+# default) that caller may use the admin API too; a server opened to others (auth.allow_open) never lets it.
 ANONYMOUS = KeyPolicy("anonymous", admin=True)
+OPEN_ANONYMOUS = KeyPolicy("anonymous")
 
 
 class _Limits(BaseModel):
@@ -116,10 +119,13 @@ def stored_digest(stored: str, where: str) -> bytes:
 
 
 class KeyRing:
-    """Every configured key, by digest. Empty: the server is open and every caller is ANONYMOUS."""
+    """Every configured key, by digest. Empty: the server is open and every caller is `anonymous` (ANONYMOUS, an
+    admin; OPEN_ANONYMOUS, not one, when `auth.allow_open` opened it to others)."""
 
-    def __init__(self, policies: dict[bytes, KeyPolicy]):
+    def __init__(self, policies: dict[bytes, KeyPolicy], allow_open: bool = False):
         self._by_digest = dict(policies)
+        self.allow_open = allow_open  # served open to others on purpose: the anonymous caller is no admin
+        self.anonymous = OPEN_ANONYMOUS if allow_open else ANONYMOUS
 
     @property
     def configured(self) -> bool:
@@ -136,8 +142,8 @@ class KeyRing:
 
 def load_keys(auth: AuthConfig, models: list[str]) -> KeyRing:
     """The keys of the keys file, then `api_keys` (named api-key-1, ...) and the admin key (named admin).
-    Raises KeysError for an unreadable file, a bad entry or a key given twice; warns of plain-text keys in
-    the file and of models that no engine serves."""
+    Raises KeysError for an unreadable file, a bad entry, a key given twice or two keys of one name; warns of
+    plain-text keys in the file and of models that no engine serves."""
     entries: list[tuple[str, bytes, KeyPolicy]] = []
     if auth.keys_file is not None:
         entries += _file_entries(auth.keys_file, set(models))
@@ -148,18 +154,51 @@ def load_keys(auth: AuthConfig, models: list[str]) -> KeyRing:
         entries.append(("admin", stored_digest(auth.admin_key, "auth.admin_key"), KeyPolicy("admin", admin=True)))
     policies: dict[bytes, KeyPolicy] = {}
     for name, digest, policy in entries:
+        if any(known.name == name for known in policies.values()):
+            raise KeysError(f"two keys are named '{name}': a name is a key's identity (its limits and usage), "
+                            "so names must be distinct (auth.api_keys are named api-key-1, ...; auth.admin_key admin)")
         if digest in policies:
             raise KeysError(f"the keys '{policies[digest].name}' and '{name}' are the same key")
         policies[digest] = policy
-    return KeyRing(policies)
+    return KeyRing(policies, auth.allow_open)
+
+
+def refuse_open_exposure(host: str, keys: KeyRing) -> None:
+    """KeysError when a server without keys would listen beyond loopback and `auth.allow_open` does not say so:
+    anyone who reached the port could use every model."""
+    if keys.configured or keys.allow_open or _loopback(host):
+        return
+    raise KeysError(
+        f"no API keys are configured and the server would listen on {host!r}, beyond loopback, where anyone who "
+        "reaches the port could use every model. Configure keys (--auth.keys-file; inferno keys new makes one), "
+        "listen on 127.0.0.1, or pass --auth.allow-open to serve open on purpose"
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name, or "" (every interface)
+        return False
 
 
 def _read(path: Path) -> dict:
     try:
         text = path.read_text()
-        return json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+        return json.loads(text, object_pairs_hook=_distinct) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except (OSError, ValueError) as exc:  # json and toml decode errors are ValueErrors
         raise KeysError(f"{path}: {exc}") from exc
+
+
+def _distinct(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose names are distinct (json.loads would keep the last of two silently)."""
+    names = [name for name, _ in pairs]
+    for name in names:
+        if names.count(name) > 1:
+            raise KeysError(f"'{name:.80}' appears twice in one object")
+    return dict(pairs)
 
 
 def _file_entries(path: Path, served: set[str]) -> list[tuple[str, bytes, KeyPolicy]]:

@@ -18,7 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from orchestrator.access.audit import AuditLog
-from orchestrator.access.keys import load_keys
+from orchestrator.access.keys import load_keys, refuse_open_exposure
 from orchestrator.access.limits import KeyLimiters
 from orchestrator.access.usage import UsageMeter
 from orchestrator.api import admin
@@ -35,6 +35,7 @@ from orchestrator.api.openapi import openapi
 from orchestrator.api.origins import origins_middleware, stamp_cors
 from orchestrator.api.outcome import outcome_middleware
 from orchestrator.api.preparation import most_prompt_chars
+from orchestrator.api.record import record_of
 from orchestrator.api.responses_api import routes as responses_api
 from orchestrator.api.state import STATE, AppState
 from orchestrator.api.tokenize import detokenize, tokenize
@@ -108,8 +109,12 @@ async def health(http: web.Request) -> web.Response:
 
 async def ready(http: web.Request) -> web.Response:
     """200 while serving (see Scheduler.ready), else 503; every model's state, and the models whose last load
-    failed or whose worker died, with why and when they are tried again."""
-    scheduler = http.app[STATE].scheduler
+    failed or whose worker died, with why and when they are tried again. With keys configured, that detail is
+    for admin keys only: others learn whether the server is ready."""
+    state = http.app[STATE]
+    scheduler, caller = state.scheduler, record_of(http).caller
+    if state.keys.configured and (caller is None or not caller.admin):
+        return json_response({"ready": scheduler.ready}, 200 if scheduler.ready else 503)
     snapshot = scheduler.snapshot()
     failing = {
         m.name: {"state": m.state, "error": m.last_error, "retry_in_s": m.retry_in_s}
@@ -132,6 +137,7 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
         backends = tuple(sorted({e.manifest.backend for e in catalogue.engines.values()}))
         workers = WorkerPool.for_config(config, backends, cores=os.cpu_count() or 1)
     keys = load_keys(config.auth, list(catalogue.engines))
+    refuse_open_exposure(config.host, keys)
     for engine in catalogue.engines.values():
         most_prompt_chars(engine)  # read each tokenizer's vocabulary now, not during the first request
     scheduler = Scheduler(config, catalogue, workers, events=SchedulerMetrics(registry, catalogue.engines))

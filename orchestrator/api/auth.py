@@ -1,13 +1,14 @@
 """API keys (access/keys.py), sent as `Authorization: Bearer` or as Anthropic's `x-api-key`: none configured means an open server (a local default) where every caller is
-`anonymous`; once keys are configured, /v1 and the other API routes need a key and /admin a key with admin
-rights. Health, readiness and metrics stay open for probes and scrapers. The key's policy goes on the
+`anonymous` (an admin on loopback; never on a server opened with --auth.allow-open); once keys are configured,
+/v1 and the other API routes need a key and /admin a key with admin rights. Health, readiness and metrics stay
+open for probes and scrapers (readiness in detail only for an admin key). The key's policy goes on the
 request's record for the model checks (access.py) and limits further in."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from orchestrator.access.keys import ANONYMOUS, KeyRing
+from orchestrator.access.keys import KeyRing
 from orchestrator.api.record import record_of
 from orchestrator.errors import Unauthorized
 
@@ -30,12 +31,16 @@ def auth_middleware(keys: KeyRing):
     async def check(http: web.Request, handler) -> web.StreamResponse:
         record = record_of(http)
         if not keys.configured:
-            record.caller = ANONYMOUS
-            return await handler(http)
-        if http.path in OPEN_PATHS:
+            record.caller = keys.anonymous
+            if http.path.startswith("/admin") and not keys.anonymous.admin:
+                raise Unauthorized("the admin API is closed: this server is open without API keys "
+                                   "(--auth.allow-open); configure an admin key to use it")
             return await handler(http)
         token = _presented(http)
         policy = None if token is None else keys.find(token)
+        if http.path in OPEN_PATHS:
+            record.caller = policy  # a key is not needed here; what it is decides how much /ready tells
+            return await handler(http)
         if http.path.startswith("/admin"):
             if not admins:
                 raise Unauthorized("the admin API is disabled: API keys are set but no admin key is")

@@ -70,10 +70,7 @@ async def prepare_generation(http: web.Request, wire: FrontDoorRequest, id_prefi
     model = model_view(http, wire.model)
     caller = record.caller or ANONYMOUS
     priority = request_priority(wire.service_tier, model.settings.priority_class, caller.priority)
-    if caller.limited:
-        limiter = state.limits.of(caller)
-        limiter.admit()
-        record.limiter = limiter
+    admit_caller(http)
     await off_loop(http, _check_prompt_chars, wire, model.engine, record.body_bytes)
     request = await off_loop(http, _inference_request, wire, model.engine, id_prefix, priority.in_engine,
                              model.settings.max_tokens)
@@ -83,6 +80,17 @@ async def prepare_generation(http: web.Request, wire: FrontDoorRequest, id_prefi
     if state.audit.include_text:
         _keep_text(record, wire, request)
     return Prepared(model, priority, request)
+
+
+def admit_caller(http: web.Request) -> None:
+    """Count the request against its key's limits on requests per minute and requests running (RateLimited, a
+    429, when over one); the limiter gets it back when the request ends (accounting.py)."""
+    record = record_of(http)
+    caller = record.caller or ANONYMOUS
+    if caller.limited:
+        limiter = http.app[STATE].limits.of(caller)
+        limiter.admit()
+        record.limiter = limiter
 
 
 def _inference_request(wire: FrontDoorRequest, engine: Engine, id_prefix: str, priority: int,

@@ -3,6 +3,9 @@
     {model, prompt[, add_special_tokens]}                        -> {count, max_model_len, tokens, token_strs}
     {model, messages[, add_generation_prompt, chat_template_kwargs]} -> the same, for the rendered conversation
     {model, tokens}                                               -> {prompt}
+
+Both count against the caller's key's limits on requests per minute and requests running, as generation does, and
+do their heavy steps (tokenising, token strings, decoding, the answer's JSON) off the event loop for big bodies.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pydantic import Field
 from orchestrator.api.access import model_view
 from orchestrator.api.body import off_loop, read_json
 from orchestrator.api.http import json_response, validate
+from orchestrator.api.preparation import admit_caller
 from orchestrator.api.wire import ChatMessage, TokenId, _Wire
 from orchestrator.errors import InvalidRequest
 
@@ -64,14 +68,20 @@ async def tokenize(http: web.Request) -> web.Response:
         chat = False  # validate() reports it
     wire = validate(body, TokenizeChat if chat else TokenizeText)
     engine = model_view(http, wire.model).engine
+    admit_caller(http)
     tokens = await off_loop(http, _tokens, engine.prompts, wire)
-    return _answer(engine, tokens, wire.return_token_strs)
+    return await off_loop(http, _answer, engine, tokens, wire.return_token_strs)
 
 
 async def detokenize(http: web.Request) -> web.Response:
     wire = validate(await read_json(http), Detokenize)
     prompts = model_view(http, wire.model).engine.prompts
+    admit_caller(http)
+    return await off_loop(http, _detokenized, prompts, wire.tokens)
+
+
+def _detokenized(prompts, tokens: list[int]) -> web.Response:
     vocab = prompts.tokenizer.get_vocab_size(with_added_tokens=True)
-    if any(t >= vocab for t in wire.tokens):
+    if tokens and max(tokens) >= vocab:
         raise InvalidRequest(f"tokens must be in [0, {vocab})", param="tokens")
-    return json_response({"prompt": prompts.tokenizer.decode(wire.tokens, skip_special_tokens=False)})
+    return json_response({"prompt": prompts.tokenizer.decode(tokens, skip_special_tokens=False)})

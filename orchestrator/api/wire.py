@@ -126,7 +126,8 @@ class _GenerationRequest(_Wire):
     seed: Annotated[int, Field(ge=FIELD_BOUNDS.seed_min, le=FIELD_BOUNDS.seed_max)] | None = None
     presence_penalty: Annotated[Finite, Field(ge=-FIELD_BOUNDS.penalty, le=FIELD_BOUNDS.penalty)] = 0.0
     frequency_penalty: Annotated[Finite, Field(ge=-FIELD_BOUNDS.penalty, le=FIELD_BOUNDS.penalty)] = 0.0
-    repetition_penalty: Annotated[Finite, Field(gt=0, le=FIELD_BOUNDS.repetition_penalty)] = 1.0
+    repetition_penalty: Annotated[
+        Finite, Field(ge=1 / FIELD_BOUNDS.repetition_penalty, le=FIELD_BOUNDS.repetition_penalty)] = 1.0
     logit_bias: Annotated[
         dict[str, Annotated[Finite, Field(ge=-FIELD_BOUNDS.logit_bias, le=FIELD_BOUNDS.logit_bias)]],
         Field(max_length=FIELD_BOUNDS.logit_bias_entries),

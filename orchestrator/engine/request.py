@@ -31,7 +31,8 @@ class FieldBounds:
     seed_max: int = INT64_MAX
     temperature: float = 2.0
     penalty: float = 2.0  # presence and frequency penalties lie in [-penalty, penalty]
-    repetition_penalty: float = 10.0  # in (0, repetition_penalty]
+    repetition_penalty: float = 10.0  # in [1 / repetition_penalty, repetition_penalty]: a tiny divisor would
+    # overflow a float32 logit to infinity (and rounds to 0 in TensorRT-LLM's float32 SamplingConfig)
     logit_bias: float = 100.0  # each bias in [-logit_bias, logit_bias]
     logit_bias_entries: int = 300
     stop_strings: int = 16
@@ -147,7 +148,8 @@ def check_request(request: EngineRequest, vocab_size: int) -> None:
         ("seed", s.seed, limits.seed_min <= s.seed <= limits.seed_max),
         ("presence_penalty", s.presence_penalty, -limits.penalty <= s.presence_penalty <= limits.penalty),
         ("frequency_penalty", s.frequency_penalty, -limits.penalty <= s.frequency_penalty <= limits.penalty),
-        ("repetition_penalty", s.repetition_penalty, 0.0 < s.repetition_penalty <= limits.repetition_penalty),
+        ("repetition_penalty", s.repetition_penalty,
+         1 / limits.repetition_penalty <= s.repetition_penalty <= limits.repetition_penalty),
         ("top_logprobs", request.top_logprobs, 0 <= request.top_logprobs <= limits.top_logprobs),
         ("logit_bias", len(s.logit_bias), len(s.logit_bias) <= limits.logit_bias_entries),
         ("stop", len(request.stop), len(request.stop) <= limits.stop_strings),

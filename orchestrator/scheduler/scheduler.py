@@ -32,6 +32,7 @@ from orchestrator.errors import (
     ModelUnavailable,
     ShuttingDown,
     WorkerCrashed,
+    without_paths,
 )
 from orchestrator.ipc.messages import TextDelta
 from orchestrator.lifecycle import InferenceRequest, RequestStatus
@@ -196,7 +197,7 @@ class Scheduler:
             return entry
         refused = self._catalogue.refused.get(model)
         if refused is not None:
-            raise ModelUnavailable(f"model '{model}' cannot be served: {refused}", param="model")
+            raise ModelUnavailable(f"model '{model}' cannot be served: {without_paths(refused.reason)}", param="model")
         raise ModelNotFound(
             f"the model '{model}' does not exist; models served here: {', '.join(sorted(self._entries)) or 'none'}",
             param="model",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from orchestrator.errors import InvalidRequest
+from orchestrator.structured.json_depth import check_depth
 
 GuideKind = Literal["json_schema", "json_object", "regex", "ebnf", "structural_tag"]
 GUIDE_KINDS: tuple[str, ...] = get_args(GuideKind)
@@ -129,6 +130,7 @@ def _json_schema_wrapper(wrapper: Any) -> Guide:
 
 def json_schema_guide(schema: Any, *, param: str) -> Guide:
     """A json_schema guide from a schema given as an object or as JSON text."""
+    check_depth(schema, param)
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)

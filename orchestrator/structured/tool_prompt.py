@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import InvalidRequest
+from orchestrator.structured.json_depth import check_depth
 from orchestrator.structured.tool_formats import ToolFormat
 from orchestrator.structured.tools import ToolPlan
 
@@ -102,6 +103,7 @@ def _arguments(call: dict[str, Any], where: str) -> dict[str, Any] | str:
     short by another server's max_tokens comes back from clients that way; this one never returns a cut call):
     the model sees what was written. JSON that is not an object is no call's arguments: refused."""
     text = call.get("function", {}).get("arguments", "")
+    check_depth(text, where)
     try:
         value = json.loads(text) if isinstance(text, str) else text
     except json.JSONDecodeError:

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.errors import InvalidRequest
+from orchestrator.structured.json_depth import check_depth
 
 MAX_TOOLS = 128  # OpenAI's limit
 FUNCTION_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
@@ -101,6 +102,8 @@ def plan_tools(
         raise InvalidRequest(
             f"tools must have distinct names; repeated: {', '.join(duplicates)}", param="tools"
         )
+    for i, tool in enumerate(tools):
+        check_depth(tool.function.parameters_schema(), f"tools[{i}].function.parameters")
     parallel = parallel_tool_calls is not False
     choice = tool_choice if tool_choice is not None else "auto"
     if isinstance(choice, NamedToolChoice):

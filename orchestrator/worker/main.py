@@ -29,7 +29,7 @@ from orchestrator.backends import create_backend, preload_backends
 from orchestrator.backends.protocol import Backend, BackendSettings
 from orchestrator.engine.manifest import ChatFormat, load_manifest
 from orchestrator.engine.request import EngineRequest, TokenDelta, check_request
-from orchestrator.errors import EngineDead, EngineError, InfernoError, OutOfMemory
+from orchestrator.errors import EngineDead, EngineError, InfernoError, OutOfMemory, without_paths
 from orchestrator.ipc.channel import Channel, ChannelClosed
 from orchestrator.ipc.messages import (
     ROW_FINISH,
@@ -181,10 +181,12 @@ class Worker:
             pass
 
 
-def _classify_load_error(exc: Exception) -> InfernoError:
+def _classify_load_error(exc: Exception, folder: Path) -> InfernoError:
+    """What the server (and /ready, and the clients waiting) are told: the engine folder by its name only."""
     if isinstance(exc, InfernoError):
+        exc.message = without_paths(exc.message, folder)
         return exc
-    text = str(exc)
+    text = without_paths(str(exc), folder)
     if "out of memory" in text.lower():
         return OutOfMemory(f"not enough device memory to load this model: {text}")
     return EngineError(f"loading the engine failed: {type(exc).__name__}: {text}")
@@ -240,7 +242,7 @@ async def main_async(fd: int, preload: tuple[str, ...]) -> int:
         worker = Worker(channel, backend, tokenizer, vocab_size, manifest.chat)
         report = await backend.start(worker)
     except Exception as exc:
-        error = _classify_load_error(exc)
+        error = _classify_load_error(exc, folder)
         log.error("%s: %s", folder.name, error.message)
         return await _fail_load(channel, error)
     watchdog.cancel()

@@ -89,7 +89,7 @@ def test_compose_runs_inferno_prometheus_and_grafana_with_their_config_mounted()
     assert set(services) == {"inferno", "prometheus", "grafana"}
     build = services["inferno"]["build"]
     assert (DEPLOY / build["context"] / build["dockerfile"]).is_file()
-    assert "8000:8000" in services["inferno"]["ports"]
+    assert "127.0.0.1:8000:8000" in services["inferno"]["ports"]
     for service in ("prometheus", "grafana"):
         image = services[service]["image"]
         assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", image), f"{service}: pin a version, not {image}"

@@ -82,6 +82,18 @@ def test_mistakes_stop_the_server_with_the_reason(tmp_path, text, message):
         load_keys(keys_file(tmp_path, text), MODELS)
 
 
+def test_two_keys_of_one_name_are_refused_naming_it(tmp_path):
+    twice = '{"keys": {"alice": {"key": "sk-1"}, "alice": {"key": "sk-2", "admin": true}}}'
+    with pytest.raises(KeysError, match=r"keys\.json: 'alice' appears twice"):
+        load_keys(keys_file(tmp_path, twice, "keys.json"), MODELS)
+    named_admin = keys_file(tmp_path, '[keys.admin]\nkey = "sk-1"\n')
+    with pytest.raises(KeysError, match="two keys are named 'admin'"):
+        load_keys(AuthConfig(keys_file=named_admin.keys_file, admin_key="sk-root"), MODELS)
+    named_like_a_flag_key = keys_file(tmp_path, '[keys.api-key-1]\nkey = "sk-1"\n')
+    with pytest.raises(KeysError, match="two keys are named 'api-key-1'"):
+        load_keys(AuthConfig(keys_file=named_like_a_flag_key.keys_file, api_keys=("sk-2",)), MODELS)
+
+
 def test_a_missing_keys_file_is_an_error(tmp_path):
     with pytest.raises(KeysError, match=r"missing\.toml"):
         load_keys(AuthConfig(keys_file=tmp_path / "missing.toml"), MODELS)
