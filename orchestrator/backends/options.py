@@ -54,6 +54,8 @@ class LlamaCppOptions(BackendOptions):
 class TrtllmOptions(BackendOptions):
     backend: ClassVar[str] = "trtllm"
     capacity_policy: CapacityPolicy = "guaranteed_no_evict"
+    # ExecutorConfig.gather_generation_logits, from the model's own setting (ModelSettings.generation_logits)
+    generation_logits: bool = False
 
 
 class SimOptions(BackendOptions):
