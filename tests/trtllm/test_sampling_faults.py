@@ -207,3 +207,18 @@ def test_the_models_setting_reaches_the_feature_check_and_the_load(folder):
     served = _as_served(engine, ModelSettings(generation_logits=True))
     assert features_of(served.manifest).top_logprobs
     assert options_for("trtllm", {"generation_logits": served.manifest.generation_logits}).generation_logits is True
+
+
+def test_the_checkers_xgrammar_is_compared_with_the_engines_at_load(monkeypatch, caplog):
+    from importlib import metadata
+
+    from orchestrator.backends.trtllm.backend import check_xgrammar_version
+    from orchestrator.engine import trtllm_release
+
+    installed = metadata.version("xgrammar")
+    with caplog.at_level("WARNING"):
+        check_xgrammar_version()
+        assert installed != trtllm_release.XGRAMMAR_VERSION or not caplog.records  # the same: nothing to say
+        monkeypatch.setattr(trtllm_release, "XGRAMMAR_VERSION", "0.0.1")
+        check_xgrammar_version()
+    assert f"xgrammar is {installed}" in caplog.text and "xgrammar 0.0.1" in caplog.text
