@@ -34,7 +34,7 @@ NINJA := $(shell command -v ninja 2>/dev/null)
 # cmake from the system, else from PyPI into the venv (as pip's own build of llama-cpp-python would do).
 CMAKE := $(or $(shell command -v cmake 2>/dev/null),$(BIN)/cmake)
 
-.PHONY: setup serve test test-fast test-deps test-clients clients test-agents agents bench bench-llamacpp soak build-engine default-engine llama-server lint clean
+.PHONY: gpu-check gpu-check-wheels setup serve test test-fast test-deps test-clients clients test-agents agents bench bench-llamacpp soak build-engine default-engine llama-server lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +86,21 @@ test: default-engine test-deps
 # minutes on 2 cores).
 test-fast: default-engine test-deps
 	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) $(BIN)/pytest -m 'not e2e and not clients' $(PYTEST_ARGS)
+
+# The GPU check (bench/gpu_check.py): on a machine with an NVIDIA GPU and PyTorch, no network; OUT is the report's
+# folder. Its wheels travel with the checkout in .gpu-wheels/ (make gpu-check-wheels, here, with network, for the
+# GPU machine's Python: GPU_PYTHON); the weights are the engine folder $(ENGINES_DIR)/smollm2-135m-hf.
+OUT ?= gpu-check-report
+GPU_PYTHON ?= 3.11
+gpu-check:
+	$(PYTHON) bench/gpu_check.py $(OUT) --engines-dir $(abspath $(ENGINES_DIR))
+
+gpu-check-wheels:
+	$(BIN)/pip download --only-binary :all: --python-version $(GPU_PYTHON) --platform manylinux2014_x86_64 \
+		--platform manylinux_2_28_x86_64 -d .gpu-wheels -r bench/gpu_check_requirements.txt
+	$(BIN)/pip download --only-binary :all: --python-version $(GPU_PYTHON) --platform manylinux2014_x86_64 \
+		--platform manylinux_2_28_x86_64 --no-deps -d .gpu-wheels xgrammar==0.1.25
+	@du -sh .gpu-wheels
 
 # Real benchmark clients, each in its own environment (about a gigabyte each; apart from .venv, so their
 # dependencies never meet the server's), run against the real server. Not part of `make test`.

@@ -62,12 +62,15 @@ _FEATURES = {
 }
 _TRTLLM_WITH_LOGITS = Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True)
 _NO_GENERATION_LOGITS = (
-    "they are computed from the step's logits, and this TensorRT-LLM engine was not built to return them "
-    "(trtllm-build --gather_generation_logits; the engine manifest's generation_logits is false)"
+    "they are computed from each step's logits, which this model's TensorRT-LLM executor does not gather; "
+    "turn on the model's generation_logits setting (--model-settings; it costs pinned host memory per "
+    "request, docs/tensorrt-llm.md)"
 )
 
 
 def features_of(manifest: EngineManifest) -> Features:
+    """What the model's backend honours; for trtllm, `manifest.generation_logits` is the served value (the model's
+    setting over the manifest's, scheduler/entries.py)."""
     if manifest.backend == "trtllm":
         if manifest.generation_logits:
             return _TRTLLM_WITH_LOGITS

@@ -4,6 +4,7 @@ The server's settings name these knobs once, as users type them (`--worker.devic
 `--worker.capacity-policy`; orchestrator/config.py declares those keys with the types below). A model's load
 carries only its backend's section (`LoadSpec.options`), made from those settings by `options_for`: a backend's
 option `x` is the server's `worker.x`, and settings the backend has no option for are not part of its section.
+One option is per model instead: trtllm's `generation_logits`, from the model's settings (placement adds it).
 The worker hands the section to the backend (`BackendSettings.options`), which reads its own fields and no
 other backend's.
 
@@ -54,6 +55,8 @@ class LlamaCppOptions(BackendOptions):
 class TrtllmOptions(BackendOptions):
     backend: ClassVar[str] = "trtllm"
     capacity_policy: CapacityPolicy = "guaranteed_no_evict"
+    # ExecutorConfig.gather_generation_logits, from the model's own setting (ModelSettings.generation_logits)
+    generation_logits: bool = False
 
 
 class SimOptions(BackendOptions):

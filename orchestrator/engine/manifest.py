@@ -142,7 +142,9 @@ class EngineManifest(_Frozen):
     kv_cache: KvCacheFacts
     weights_bytes: int = Field(ge=0)
     generation_defaults: GenerationDefaults = GenerationDefaults()
-    generation_logits: bool = False  # trtllm: built to return each step's logits (needed for top_logprobs)
+    # trtllm: the executor gathers each step's logits (needed for top_logprobs). A runtime setting in 1.2, no build
+    # flag: this is the default that the model's `generation_logits` setting overrides.
+    generation_logits: bool = False
     chat: ChatFormat = ChatFormat()
     build: BuildInfo
     simulation: SimulationFacts | None = None  # backend "sim" only

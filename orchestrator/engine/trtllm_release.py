@@ -9,6 +9,9 @@ from __future__ import annotations
 LINE = "1.2."  # any 1.2.x release
 VERSION = "1.2.1"  # the pinned release
 CONTAINER = f"nvcr.io/nvidia/tensorrt-llm/release:{VERSION}"
+# The xgrammar the release's guided decoding is built with: the 1.2 line's Python pin (requirements.txt); the commit
+# compiled into its C++ runtime is not stated there (tests/trtllm/tensorrt_llm_1_2_facts.toml, "guided decoding").
+XGRAMMAR_VERSION = "0.1.25"
 PACKAGE_INDEX = "https://pypi.nvidia.com"
 INSTALL_HINT = (
     f"install it from NVIDIA's package index (pip install --extra-index-url {PACKAGE_INDEX} "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from orchestrator.config import ServerConfig
@@ -144,7 +144,7 @@ def build_entries(config: ServerConfig, catalogue: Catalogue, now: float) -> dic
         batch = engine.manifest.limits.max_batch_size
         limit = own.max_concurrency or config.scheduling.max_concurrency or batch
         entries[name] = ModelEntry(
-            engine=engine,
+            engine=_as_served(engine, own),
             settings=own,
             max_concurrency=min(limit, batch),
             max_queue=own.max_queue if own.max_queue is not None else config.scheduling.max_queue,
@@ -152,3 +152,11 @@ def build_entries(config: ServerConfig, catalogue: Catalogue, now: float) -> dic
             last_used=now,
         )
     return entries
+
+
+def _as_served(engine: Engine, settings: ModelSettings) -> Engine:
+    """The engine with what the model's settings change in its manifest: `generation_logits` (a runtime setting
+    of TensorRT-LLM's executor, so the HTTP side's feature check and the load agree)."""
+    if settings.generation_logits is None or settings.generation_logits == engine.manifest.generation_logits:
+        return engine
+    return replace(engine, manifest=engine.manifest.model_copy(update={"generation_logits": settings.generation_logits}))

@@ -136,8 +136,11 @@ class ModelPlacement:
             self.model_idle(entry)
 
     def _load_spec(self, entry: ModelEntry) -> LoadSpec:
-        """The engine folder, its budget, and its backend's option section from the server's worker settings."""
-        options = options_for(entry.engine.manifest.backend, self._config.worker.model_dump())
+        """The engine folder, its budget, and its backend's option section from the server's worker settings
+        and the model's own (generation_logits)."""
+        manifest = entry.engine.manifest
+        own = {"generation_logits": manifest.generation_logits}  # the model's setting over the manifest's
+        options = options_for(manifest.backend, {**self._config.worker.model_dump(), **own})
         return LoadSpec(str(entry.engine.folder.resolve()), self._kv_bytes(entry), options)
 
     async def _make_room(self, entry: ModelEntry, need: int) -> None:

@@ -11,6 +11,7 @@
     weight = 2.0               # share of the device-wide running cap when models compete
     kv_cache_bytes = 8_589_934_592
     max_tokens = 4096          # most tokens a choice may generate; the default for requests that give none
+    generation_logits = true   # trtllm: gather each step's logits, for top_logprobs (pinned host RAM per request)
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ class ModelSettings(BaseModel):
     max_tokens: int | None = Field(
         None, ge=1, description="most tokens one choice may generate (400 above it), and the default when a "
         "request gives none (default: what the context leaves)",
+    )
+
+    generation_logits: bool | None = Field(
+        None, description="trtllm: the executor gathers each step's logits, so top_logprobs works; costs a pinned "
+        "host buffer of max_new_tokens x vocab logits per running request (default: the engine manifest's)",
     )
 
     @property

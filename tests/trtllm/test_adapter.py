@@ -471,14 +471,12 @@ def test_the_request_fields_change_what_the_engine_generates(trt, runtime, defau
     """ignore_eos, min_tokens with a stop token, logit_bias and top_logprobs, through the adapter and the double
     (whose model repeats the prompt, so the effect of each field is exact)."""
     manifest = json.loads((default_engine / "engine.json").read_text())
-    folder = make_trtllm_engine(default_engine, tmp_path, "logits", build={"gather_generation_logits": True})
-    engine_json = json.loads((folder / "engine.json").read_text())
-    (folder / "engine.json").write_text(json.dumps({**engine_json, "generation_logits": True}))
+    folder = make_trtllm_engine(default_engine, tmp_path, "logits")  # no build flag: a runtime setting in 1.2
     end = manifest["tokenizer"]["eos_token_ids"][0]
     prompt = (300, 301, end, 302)  # the end token comes third
 
     async def life():
-        backend = TrtllmBackend(settings_for(folder), runtime)
+        backend = TrtllmBackend(settings_for(folder, generation_logits=True), runtime)
         streams = await started(backend)
         runs = {
             "plain": EngineRequest("plain", prompt, 8),

@@ -21,7 +21,7 @@ from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
 from tests.trtllm.conftest import DOUBLES, make_trtllm_engine
 from tests.trtllm.recording import Recorder
-from tests.trtllm.reference import FACTS, Reference, read_reference
+from tests.trtllm.reference import FACTS, Reference, read_build_tools, read_reference
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +62,16 @@ def test_the_reference_is_parsed(reference):
     assert reference.sampling_positional == ("beam_width",)
     assert reference.kv_cache_positional[:2] == ("enable_block_reuse", "max_tokens")
     assert "max_gpu_total_bytes" in reference.kv_cache_keyword_only
+
+
+def test_the_third_readings_facts_are_in_the_table(reference):
+    """normalize_log_probs, the generation-logits build flag's deprecation and the top-k clip (reference §9),
+    which the adapter's configuration and requests rely on."""
+    facts = {fact.topic: fact.fact for fact in reversed(reference.facts)}
+    assert "normalize_log_probs" in reference.names and "defaults to True" in facts["normalize_log_probs"]
+    assert "no build flag" in facts["generation logits"]
+    assert "--gather_generation_logits" in read_build_tools().tools["trtllm-build"].deprecated
+    assert "1024" in facts["top_k"]
 
 
 def test_every_class_and_fact_names_its_sources(reference):

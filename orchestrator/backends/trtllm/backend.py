@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from importlib import metadata
 
 from tokenizers import Tokenizer
 
@@ -43,8 +44,9 @@ from orchestrator.backends.trtllm.runtime import (
     visible_gpus,
 )
 from orchestrator.backends.trtllm.stats import IterationStatsReader
+from orchestrator.engine import trtllm_release as release
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
-from orchestrator.errors import EngineDead, EngineError, QueueFull
+from orchestrator.errors import EngineDead, EngineError, InvalidRequest, QueueFull
 
 log = logging.getLogger(__name__)
 
@@ -129,19 +131,15 @@ class TrtllmBackend:
         self._running: dict[int, _Running] = {}  # executor request id -> what it is, while it runs
         self._ids: dict[str, int] = {}  # engine request id -> executor request id, while it runs
         self._failure: str | None = None
+        self._guided_problem: str | None = None  # why guided decoding is off for this model, when it is
         self._closed = False
 
     async def start(self, outputs: EngineOutputs) -> LoadReport:
         trtllm, settings = self._trtllm, self._settings
-        config = build_executor_config(trtllm, settings, self._runtime)
         tokenizer = Tokenizer.from_file(str(settings.engine_dir / "tokenizer.json"))
         self._requests = RequestBuilder(trtllm, settings.manifest, tokenizer, engine_vocab_size(settings.engine_dir))
-        # The constructor holds the GIL for the whole load (reference §8): this worker's loop is frozen until it
-        # returns, the thread notwithstanding. Nothing waits on it meanwhile: the server sent the load and awaits
-        # one answer within its load timeout, shows the model as loading and serves everything else itself.
-        self._executor = await asyncio.to_thread(
-            trtllm.Executor, settings.engine_dir, trtllm.ModelType.DECODER_ONLY, config
-        )
+        check_xgrammar_version()
+        self._executor = await self._load_executor()
         try:
             loop = asyncio.get_running_loop()
             self._pump = ResponsePump(self._executor, self._reader, loop, self._deliver, self._fail)
@@ -158,9 +156,35 @@ class TrtllmBackend:
         log.info("TensorRT-LLM %s executor started: %s (world size %d)", self._runtime.version, mode, world_size)
         return LoadReport(device="cuda:0" if world_size == 1 else f"cuda:0-{world_size - 1}")
 
+    async def _load_executor(self):
+        """The Executor, with guided decoding where its guided decoder can be built. That decoder is built once per
+        executor over the model's vocabulary (reference §9), so a vocabulary xgrammar cannot read fails the whole
+        load: the load is then retried without it, and only guided requests are refused (`submit`).
+
+        The constructor holds the GIL for the whole load (reference §8): this worker's loop is frozen until it
+        returns, the thread notwithstanding. Nothing waits on it meanwhile: the server sent the load and awaits
+        one answer within its load timeout, shows the model as loading and serves everything else itself."""
+        trtllm, settings = self._trtllm, self._settings
+        model_type = trtllm.ModelType.DECODER_ONLY
+        try:
+            config = build_executor_config(trtllm, settings, self._runtime)
+            return await asyncio.to_thread(trtllm.Executor, settings.engine_dir, model_type, config)
+        except Exception as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        config = build_executor_config(trtllm, settings, self._runtime, guided=False)
+        executor = await asyncio.to_thread(trtllm.Executor, settings.engine_dir, model_type, config)
+        self._guided_problem = problem  # the load works without it: guided decoding was the cause
+        log.warning("guided decoding is off for this model: its setup failed at load (%s)", problem)
+        return executor
+
     def submit(self, request: EngineRequest) -> None:
         if self._failure is not None:
             raise EngineDead(f"the TensorRT-LLM executor stopped: {self._failure}")
+        if request.guide is not None and self._guided_problem is not None:
+            raise InvalidRequest(
+                f"this model serves no structured outputs: its guided decoding could not be set up when it was "
+                f"loaded ({self._guided_problem})", param=request.guide.param or "response_format",
+            )
         trt_request = self._requests.build(request)
         try:
             trt_id = self._executor.enqueue_request(trt_request)
@@ -239,6 +263,20 @@ class TrtllmBackend:
         if self._pump is not None:
             await asyncio.to_thread(self._pump.join)
         log.info("TensorRT-LLM executor shut down")
+
+
+def check_xgrammar_version() -> None:
+    """Warn when the Python xgrammar (the grammar checker's, which compiles every guide before admission) is not
+    the one TensorRT-LLM's guided decoding is built with: a guide the checker accepts could then fail inside the
+    engine, and that fails every running request of the model (reference §8)."""
+    try:
+        installed = metadata.version("xgrammar")
+    except metadata.PackageNotFoundError:
+        return
+    if installed != release.XGRAMMAR_VERSION:
+        log.warning("the grammar checker's xgrammar is %s, but TensorRT-LLM %s builds guided decoding with xgrammar "
+                    "%s: a guide one accepts may fail in the other", installed, release.VERSION,
+                    release.XGRAMMAR_VERSION)
 
 
 def _enqueue_error(exc: Exception) -> Exception:

@@ -50,9 +50,11 @@ def engine_vocab_size(engine_dir: Path) -> int:
         raise ModelUnavailable(f"{engine_dir / 'config.json'} does not say the model's vocab_size: {exc}") from exc
 
 
-def build_executor_config(trtllm: ModuleType, settings: BackendSettings, runtime: Runtime):
-    """ExecutorConfig for in-flight batching over a paged KV cache with prefix reuse and chunked prefill."""
+def build_executor_config(trtllm: ModuleType, settings: BackendSettings, runtime: Runtime, guided: bool = True):
+    """ExecutorConfig for in-flight batching over a paged KV cache with prefix reuse and chunked prefill; with
+    `guided`, structured outputs too (a load whose guided decoder cannot be built is retried without)."""
     limits = settings.manifest.limits
+    options: TrtllmOptions = settings.options
     kv_cache = trtllm.KvCacheConfig(
         enable_block_reuse=True,
         max_tokens=kv_cache_tokens(settings),  # the budget, the same on every GPU; it binds before the cap
@@ -68,8 +70,13 @@ def build_executor_config(trtllm: ModuleType, settings: BackendSettings, runtime
         max_num_tokens=limits.max_num_tokens,
         max_queue_size=limits.max_batch_size * REQUESTS_PER_PERMIT,
         parallel_config=_parallel_config(trtllm, settings, runtime),
-        gather_generation_logits=settings.manifest.generation_logits,  # for top_logprobs, where built in
-        guided_decoding_config=guided_decoding_config(trtllm, settings),
+        # The model's own log probabilities, as OpenAI's: the binding's default (True) gives them relative to the
+        # top-k set, so 0.0 for every greedy token (reference §9). NVIDIA's LLM API passes False too.
+        normalize_log_probs=False,
+        # For top_logprobs: a runtime setting in 1.2, no build flag needed (reference §9); each request asking
+        # for logits then holds a pinned host buffer of max_new_tokens x vocab_padded logits.
+        gather_generation_logits=options.generation_logits,
+        guided_decoding_config=guided_decoding_config(trtllm, settings) if guided else None,
     )
 
 

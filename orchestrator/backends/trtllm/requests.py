@@ -19,6 +19,17 @@ from orchestrator.engine.request import EngineRequest
 from orchestrator.structured.guide import Guide
 
 PRIORITY_SCALE = 8.0
+# The TopK sampling layer's largest k: a larger one is clipped to it, with only a warning in the engine's log
+# (reference §9). 0 means no top-k truncation.
+MAX_ENGINE_TOP_K = 1024
+
+
+def engine_top_k(top_k: int) -> int:
+    """The engine's top_k for a request's. Up to 1024 it is sent as is. Above, the engine could only clip it to 1024,
+    cutting tokens the request keeps, so it is sent as 0 (the whole vocabulary): exactly what a top_k of at least the
+    vocabulary size means, and for 1025 up to the vocabulary size the nearest the engine can do without dropping a
+    token the request keeps (the tokens ranked below it carry what little probability is left)."""
+    return 0 if top_k > MAX_ENGINE_TOP_K else top_k
 
 
 def engine_priority(priority: int) -> float:
@@ -61,7 +72,8 @@ class RequestBuilder:
       min_tokens (`end_tokens`).
     - logit_bias is the request's `embedding_bias`: a float32 tensor over the model's vocabulary added to the
       logits (the LLM API passes the same keyword), built only for requests that ask.
-    - top_logprobs asks for generation logits (the engine must be built to gather them).
+    - top_logprobs asks for generation logits (the executor gathers them where the model's settings say so).
+    - top_k above 1024 is sent as 0, the whole vocabulary (`engine_top_k`).
     - Every request asks for perf metrics: a copy of a small struct per result, read for the cached prompt
       tokens (`usage.prompt_tokens_details.cached_tokens`).
     """
@@ -150,7 +162,7 @@ class RequestBuilder:
             extras["min_p"] = sampling.min_p
         return self._trtllm.SamplingConfig(
             temperature=sampling.temperature,
-            top_k=sampling.top_k,  # 0 is the whole vocabulary, as for the engine
+            top_k=engine_top_k(sampling.top_k),  # 0 is the whole vocabulary, as for the engine
             top_p=sampling.top_p,  # always given: the engine's default (0) with top_k 0 would be greedy
             seed=sampling.seed,
             **extras,

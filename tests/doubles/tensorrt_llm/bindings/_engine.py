@@ -21,6 +21,7 @@ from tensorrt_llm.bindings._perf import PerfRecord, now
 from tensorrt_llm.bindings._prefix import PrefixCache
 
 STEP_S = 0.005  # what one engine step (one token for every running request) takes
+MAX_TOP_K = 1024  # the TopK sampling layer's largest k: a larger one is clipped to it, with a warning (reference §9)
 FREE_BYTES_AFTER_LOAD = 80 * 2**30  # the GPU memory the double pretends is free once the engine is loaded
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 
@@ -41,6 +42,7 @@ class EngineFacts:
     vocab_size: int
     fail_after_tokens: int | None
     load_s: float  # how long the constructor holds the GIL, as a real engine load does
+    guided_setup_error: str | None  # the guided decoder cannot be built over this engine's vocabulary
 
     @classmethod
     def read(cls, folder: Path) -> EngineFacts:
@@ -57,6 +59,7 @@ class EngineFacts:
         head_dim = pretrained.get("head_size") or pretrained["hidden_size"] // pretrained["num_attention_heads"]
         kv_heads = pretrained.get("num_key_value_heads") or pretrained["num_attention_heads"]
         per_token = 2 * pretrained["num_hidden_layers"] * kv_heads * head_dim * DTYPE_BYTES[pretrained["dtype"]]
+        plan = _fault_plan(folder / "rank0.engine")
         return cls(
             max_input_len=build["max_input_len"],
             max_seq_len=build["max_seq_len"],
@@ -66,8 +69,9 @@ class EngineFacts:
             world_size=world_size,
             kv_bytes_per_token=per_token,
             vocab_size=pretrained["vocab_size"],
-            fail_after_tokens=_fault_plan(folder / "rank0.engine").get("fail_after_tokens"),
-            load_s=float(_fault_plan(folder / "rank0.engine").get("load_s", 0)),
+            fail_after_tokens=plan.get("fail_after_tokens"),
+            load_s=float(plan.get("load_s", 0)),
+            guided_setup_error=plan.get("guided_setup_error"),
         )
 
 
@@ -95,6 +99,9 @@ class Sequence:
     bias: dict[int, float] = field(default_factory=dict)  # the embedding_bias's non-zero entries
     logits_vocab: int = 0  # the vocabulary size when generation logits are returned, else 0
     guided: object = None  # _guided.GuidedChoice: the request's grammar, when it has one
+    vocab_size: int = 0  # the model's vocabulary: every token the "model" gives no score has logit 0
+    top_k: int = 0  # the sampling layer's k after its clamp; 0 is the whole vocabulary
+    normalize_log_probs: bool = True  # ExecutorConfig.normalize_log_probs
     generated: list[int] = field(default_factory=list)
     logits: list = field(default_factory=list)  # per generated token not yet streamed: its logits row
     probs: list[float] = field(default_factory=list)
@@ -125,12 +132,23 @@ class Sequence:
         if token == self.end_id:
             return "END_ID"  # the end token is not part of the output
         self.generated.append(token)
-        self.probs.append(-0.05 * (1 + (token * 7 + len(self.generated)) % 20))
+        self.probs.append(self._log_prob(scores, token))
         if any(word and self.generated[-len(word):] == word for word in self.stop_words):
             return "STOP_WORDS"  # the stop word's tokens are part of the output
         if len(self.generated) >= self.max_new:
             return "LENGTH"
         return None
+
+    def _log_prob(self, scores: dict[int, float], token: int) -> float:
+        """The chosen token's log probability as the sampling kernels give it (reference §9): the model's own,
+        log softmax over the whole vocabulary, or with normalize_log_probs that minus log of the top-k set's
+        probability (so 0.0 for every greedy token)."""
+        others = max(self.vocab_size - len(scores), 0)  # tokens with logit 0
+        chosen = scores.get(token, 0.0)
+        if self.normalize_log_probs and self.top_k:
+            top = (sorted(scores.values(), reverse=True) + [0.0] * self.top_k)[: self.top_k]
+            return chosen - math.log(sum(math.exp(value) for value in top))
+        return chosen - math.log(sum(math.exp(value) for value in scores.values()) + others)
 
     def _scores(self, token: int) -> dict[int, float]:
         """The "model's" logits where they are not 0: 10 for the prompt's next token, 9 and 8 for the two after
@@ -175,13 +193,15 @@ class Engine:
     def __init__(self, folder: Path, config, make_response: Callable, make_stats: Callable):
         self.facts = EngineFacts.read(folder)
         hold_the_gil(self.facts.load_s)
-        self._check_parallel(config)
+        self._orchestrator = self._check_parallel(config)
         self._make_response, self._make_stats = make_response, make_stats
         self._max_batch = min(config.max_batch_size or self.facts.max_batch_size, self.facts.max_batch_size)
         self._max_queue = config.max_queue_size
         self._stats_kept = config.iter_stats_max_iterations
         self._gather_logits = config.gather_generation_logits
-        self._guided = GuidedVocabulary(config.guided_decoding_config) if config.guided_decoding_config else None
+        self._normalize_log_probs = config.normalize_log_probs
+        self._guided = self._guided_vocabulary(config.guided_decoding_config)
+        self.top_k_clipped: list[int] = []  # every top_k the sampling layer clipped to MAX_TOP_K (its warnings)
         self.max_blocks = self._size_kv_cache(config.kv_cache_config)
         self._prefix = self._prefix_cache(config.kv_cache_config)
         self._cond = threading.Condition()
@@ -201,7 +221,16 @@ class Engine:
         self._thread = threading.Thread(target=self._loop, name="executionLoop", daemon=True)
         self._thread.start()
 
-    def _check_parallel(self, config) -> None:
+    def _guided_vocabulary(self, config) -> GuidedVocabulary | None:
+        """The guided decoder, built once per executor: a vocabulary it cannot read fails the whole load."""
+        if config is None:
+            return None
+        if self.facts.guided_setup_error is not None:
+            raise RuntimeError(f"[TensorRT-LLM][ERROR] failed to build the guided decoder: {self.facts.guided_setup_error}")
+        return GuidedVocabulary(config)
+
+    def _check_parallel(self, config) -> bool:
+        """True in orchestrator mode (this process drives executorWorker ranks), False in leader mode."""
         parallel = config.parallel_config
         if parallel is not None and parallel.communication_mode.name == "ORCHESTRATOR":
             orchestrator = parallel.orchestrator_config
@@ -209,9 +238,11 @@ class Engine:
                 raise RuntimeError("ORCHESTRATOR mode needs an OrchestratorConfig with is_orchestrator=True")
             if not Path(orchestrator.worker_executable_path).is_file():
                 raise RuntimeError(f"executorWorker not found at '{orchestrator.worker_executable_path}'")
-        elif self.facts.world_size > 1:  # LEADER: every rank runs this program under MPI; here there is one
+            return True
+        if self.facts.world_size > 1:  # LEADER: every rank runs this program under MPI; here there is one
             raise RuntimeError("With communicationMode kLEADER, MPI worldSize is expected to be equal to tp*pp*cp "
                                f"({self.facts.world_size}) when participantIds are not specified")
+        return False
 
     def _prefix_cache(self, kv) -> PrefixCache:
         if kv.enable_block_reuse and kv.enable_partial_reuse and not kv.copy_on_partial_reuse:
@@ -234,11 +265,18 @@ class Engine:
         with self._cond:
             if self.shutdown_called:
                 raise RuntimeError("Shutdown called, cannot enqueue requests")
-            if self._max_queue and len(self._queue) + len(requests) > self._max_queue:
-                raise RuntimeError(f"Maximum queue size of {self._max_queue} has been reached, please try again later")
+            full = f"Maximum queue size of {self._max_queue} has been reached, please try again later"
+            overflow = bool(self._max_queue) and len(self._queue) + len(requests) > self._max_queue
+            if overflow and not self._orchestrator:
+                raise RuntimeError(full)
             ids = []
             for request in requests:
                 ids.append(self._next_id)
+                if overflow:  # orchestrator mode: the leader answers through the response path (reference §9)
+                    self._responses.append(self._make_response(self._next_id, error=full))
+                    self._terminated.add(self._next_id)
+                    self._next_id += 1
+                    continue
                 self._queue.append((self._next_id, request))
                 self._arrivals[self._next_id] = now()
                 self._next_id += 1
@@ -277,8 +315,10 @@ class Engine:
             return stats
 
     def shutdown(self) -> None:
-        """Drains, as TensorRT-LLM's does: the terminate request waits behind the work, so this returns once
-        every queued and active request has finished. From its start the API methods raise."""
+        """In leader mode (one GPU) it drains, as TensorRT-LLM's does: the terminate request waits behind the work,
+        so this returns once every queued and active request has finished. In orchestrator mode it does not
+        (reference §9): the leader acknowledges at once and later responses are never sent. From its start the
+        API methods raise."""
         with self._cond:
             if self.shutdown_called:
                 return
@@ -295,7 +335,7 @@ class Engine:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self.shutdown_called or self._queue or self._active)
-                if self.shutdown_called and not (self._queue or self._active):
+                if self.shutdown_called and (self._orchestrator or not (self._queue or self._active)):
                     return
                 started = time.perf_counter()
                 responses, admitted = self._admit()
@@ -346,6 +386,12 @@ class Engine:
         if sampling.beam_width != 1 or request._num_return_sequences != 1:
             raise ValueError("the test double generates one sequence per request (beam_width 1, one return sequence)")
         greedy = sampling.top_k == 1 or not sampling.top_p
+        top_k = sampling.top_k or 0
+        if top_k > MAX_TOP_K:
+            print(f"[TensorRT-LLM][WARNING] TopK ({top_k}) is larger than max supported number ({MAX_TOP_K}). "
+                  "Clip to max supported number.", file=sys.stderr)
+            self.top_k_clipped.append(top_k)
+            top_k = MAX_TOP_K
         bias = {}
         if request.embedding_bias is not None:
             values = request.embedding_bias.tolist()
@@ -380,6 +426,9 @@ class Engine:
             bias=bias,
             logits_vocab=self.facts.vocab_size if wants_logits else 0,
             guided=guided,
+            vocab_size=self.facts.vocab_size,
+            top_k=top_k,
+            normalize_log_probs=self._normalize_log_probs,
         )
 
     def _step(self, responses: list) -> int:

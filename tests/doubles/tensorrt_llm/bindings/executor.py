@@ -26,13 +26,20 @@ token ends the sequence: ignore_eos) and the engine's limits read from config.js
 prompt's next token 10, the two tokens after it 9 and 8, and every other token 0; a request's embedding_bias
 is added before the greedy choice (so a bias of +100 forces a token, -100 bans one), and with
 return_generation_logits each streamed response carries them as [tokens, beam, vocab] (reference §8) when the
-executor was configured with gather_generation_logits. One step (one token for every running request) takes
-5 ms. shutdown() drains, as the real one does: it returns once every queued and active request has
-finished; once it has begun, new requests, cancel_request and await_responses raise.
+executor was configured with gather_generation_logits. Result.log_probs are computed from those logits as the
+sampling kernels do (reference §9): log softmax over the whole vocabulary with normalize_log_probs=False; with
+the default True, minus the log of the top-k set's probability (0.0 for every token of a top_k=1 request). A
+top_k above 1024 is clipped to 1024 with the engine's warning (on stderr, and in `Engine.top_k_clipped`). One
+step (one token for every running request) takes 5 ms. With one GPU (leader mode) shutdown() drains, as the
+real one does: it returns once every queued and active request has finished; in orchestrator mode it returns
+at once and responses still due are never sent; once it has begun, new requests, cancel_request and
+await_responses raise. A full queue raises at enqueue in leader mode; in orchestrator mode the request is taken
+and answered with an error response ("Maximum queue size of N has been reached…").
 The engine file rank0.engine may hold a JSON fault plan, {"fail_after_tokens": N}: the step in which a
 request reaches N tokens fails, and every running request gets an error response, as when a real
 forward pass fails; {"load_s": S}: the constructor holds the GIL for S seconds, as the real one does for the
-whole engine load (reference §8), so no other thread of the worker runs meanwhile.
+whole engine load (reference §8), so no other thread of the worker runs meanwhile; {"guided_setup_error": "why"}:
+an executor configured with guided decoding fails to load, as when xgrammar cannot read the tokenizer (§9).
 """
 
 from __future__ import annotations
