@@ -28,6 +28,7 @@ from orchestrator.ipc.messages import TextDelta
 from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
 
 Event = tuple[str, dict]  # a named server-sent event: its name and its data
+KEEPALIVE_S = 10.0  # an agent API's stream with no output this long gets a keepalive
 
 
 async def next_deltas(request: InferenceRequest) -> list[TextDelta]:
@@ -99,6 +100,9 @@ class EventPresenter(Protocol):
     def failure(self, request: InferenceRequest, error: InfernoError, request_id: str) -> list[Event]:
         """The events that end a stream that failed after it began."""
 
+    def keepalive(self) -> list[Event]:
+        """The events that tell the client the request runs on while there is no output ([]: an SSE comment)."""
+
 
 def event_bytes(events: list[Event]) -> bytes:
     return b"".join(b"event: %b\ndata: %b\n\n" % (name.encode(), orjson.dumps(data)) for name, data in events)
@@ -146,11 +150,21 @@ async def _open_event_stream(http: web.Request) -> SseWriter:
 async def _stream_events(http: web.Request, request: InferenceRequest, presenter: EventPresenter
                          ) -> web.StreamResponse:
     """Named events. As for chat, the headers go out with the first output, so an error before it is a plain
-    JSON error with its status; after that, the presenter's failure events end the stream."""
+    JSON error with its status; after that, the presenter's failure events end the stream. A prompt whose prefill
+    takes longer than KEEPALIVE_S (a long agent prompt on a slow device) opens the stream before its first output,
+    and every KEEPALIVE_S without output the presenter's keepalive is sent (Anthropic's `ping`; otherwise an SSE
+    comment), so that clients with an idle timeout on the stream do not give up on a request that is running."""
     writer: SseWriter | None = None
     request.keeps_output = True  # the closing events carry the whole response
     while True:
-        deltas = await next_deltas(request)
+        try:
+            deltas = await asyncio.wait_for(next_deltas(request), KEEPALIVE_S)
+        except TimeoutError:
+            if writer is None:
+                writer = await _open_event_stream(http)
+                await writer.send(event_bytes(presenter.opening(request)))
+            await writer.send(event_bytes(presenter.keepalive()) or b": keepalive\n\n")
+            continue
         if writer is None:
             first_error = next((d for d in deltas if d.error is not None), None)
             if first_error is not None:

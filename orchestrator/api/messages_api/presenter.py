@@ -80,6 +80,9 @@ class MessagesPresenter:
                          "usage": usage(request)}
         return [*events, ("message_delta", message_delta), ("message_stop", {"type": "message_stop"})]
 
+    def keepalive(self) -> list[Event]:
+        return [("ping", {"type": "ping"})]
+
     def failure(self, request: InferenceRequest, error: InfernoError, request_id: str) -> list[Event]:
         return [("error", anthropic_error_body(error, request_id))]
 

@@ -86,6 +86,9 @@ class ResponsesPresenter:
         name = "response.incomplete" if status == "incomplete" else "response.completed"
         return [*events, self._event(name, response=body)]
 
+    def keepalive(self) -> list[Event]:
+        return []  # OpenAI defines no keepalive event: an SSE comment
+
     def failure(self, request: InferenceRequest, error: InfernoError, request_id: str) -> list[Event]:
         events = self._close("incomplete")
         output = [item.render("incomplete") for item in self._items]
