@@ -96,6 +96,7 @@ def claude(agents: Path, base_url: str, model: str, home: Path, tools: str) -> C
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(MAX_TOKENS),
         "API_TIMEOUT_MS": "1800000",
+        "CLAUDE_STREAM_IDLE_TIMEOUT_MS": "1800000",  # its stream watchdog gives up after 5 minutes without output
     }
     argv = [str(agents / "node_modules" / ".bin" / "claude"), "-p", PROMPT, f"--tools={tools}"]
     return Client("claude", "/v1/messages", argv, env, home / "work")
