@@ -62,9 +62,12 @@ class BodyGenerator:
         return [self.value(schema.get("items", {}), depth + 1) for _ in range(self.rng.randint(low, max(low, high)))]
 
     def _string(self, schema: dict, depth: int) -> str:
-        low = schema.get("minLength", 0)
+        if "pattern" in schema:  # the schemas' one pattern is a tool's or a format's name: a name that matches it
+            return self.rng.choice(["get_weather", "a", "tool-1", "x" * 64])
+        low, high = schema.get("minLength", 0), schema.get("maxLength")
         text = self.rng.choice(["Hi", "Say hi", "The capital of France is", "", "日本語", "x" * 50, "\n"])
-        return text if len(text) >= low else text + "a" * low
+        text = text if len(text) >= low else text + "a" * low
+        return text if high is None else text[:high]
 
     def _integer(self, schema: dict, depth: int) -> int:
         low, high = schema.get("minimum", -(2**63)), schema.get("maximum", 2**63 - 1)
