@@ -11,8 +11,10 @@ from orchestrator.backends import features_of
 from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.manifest import ChatFormat
 from orchestrator.errors import InvalidRequest, UnsupportedParameter
-from orchestrator.structured.guide import Guide
+from orchestrator.structured.guide import Guide, single_guide
 from orchestrator.structured.reasoning import after_reasoning
+from orchestrator.structured.tool_formats import tool_format
+from orchestrator.structured.tool_grammar import tool_call_guide
 from orchestrator.structured.tools import ToolPlan
 
 
@@ -45,6 +47,13 @@ class OutputPlan:
                     "where the grammar ends",
                     param=name,
                 )
+
+
+def chat_output_plan(engine: Engine, tools: ToolPlan | None, *guides: Guide | None) -> OutputPlan:
+    """The plan of a conversation, whatever API it came through: the grammar of its tools' calls in the model's
+    tool call format, or the one other constraint it asked for (two are refused, naming both fields)."""
+    calls = tool_call_guide(tools, tool_format(engine.manifest.chat.tool_call_format)) if tools is not None else None
+    return OutputPlan.for_model(engine.manifest.chat, single_guide(*guides, calls), tools, chat=True)
 
 
 def check_output(plan: OutputPlan, fields: SamplingFields, engine: Engine) -> None:

@@ -21,7 +21,7 @@ from orchestrator.api.engine_requests import (
     chat_prompt,
     inference_request,
 )
-from orchestrator.api.output_plan import OutputPlan, check_output
+from orchestrator.api.output_plan import OutputPlan, chat_output_plan, check_output
 from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import FIELD_BOUNDS, INT32_MAX
 from orchestrator.errors import InvalidRequest, UnsupportedParameter
@@ -31,8 +31,6 @@ from orchestrator.structured.guide import (
     guide_from_structured_outputs,
     single_guide,
 )
-from orchestrator.structured.tool_formats import tool_format
-from orchestrator.structured.tool_grammar import tool_call_guide
 from orchestrator.structured.tools import ToolChoice, ToolDefinition, plan_tools
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -266,14 +264,9 @@ class ChatCompletionRequest(_GenerationRequest):
         return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
 
     def output_plan(self, engine: Engine) -> OutputPlan:
-        tools = plan_tools(self.tools, self.tool_choice, self.parallel_tool_calls)
-        fmt = tool_format(engine.manifest.chat.tool_call_format)
-        guide = single_guide(
-            guide_from_response_format(self.response_format),
-            guide_from_structured_outputs(self.structured_outputs),
-            tool_call_guide(tools, fmt) if tools is not None else None,
-        )
-        return OutputPlan.for_model(engine.manifest.chat, guide, tools, chat=True)
+        return chat_output_plan(engine, plan_tools(self.tools, self.tool_choice, self.parallel_tool_calls),
+                                guide_from_response_format(self.response_format),
+                                guide_from_structured_outputs(self.structured_outputs))
 
     def prompt_ids(self, engine: Engine, plan: OutputPlan) -> list[int]:
         return chat_prompt(engine, self.audit_prompt(), plan, self.chat_template_kwargs)

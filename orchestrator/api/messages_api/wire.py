@@ -18,12 +18,11 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 from orchestrator.api.engine_requests import Generation, SamplingFields, chat_prompt
 from orchestrator.api.messages_api.blocks import MessageParam, TextBlock
 from orchestrator.api.messages_api.conversation import chat_messages
-from orchestrator.api.output_plan import OutputPlan, check_output
+from orchestrator.api.output_plan import OutputPlan, chat_output_plan, check_output
+from orchestrator.api.wire import Finite, StopString
 from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import FIELD_BOUNDS
 from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
-from orchestrator.structured.tool_formats import tool_format
-from orchestrator.structured.tool_grammar import tool_call_guide
 from orchestrator.structured.tools import (
     FUNCTION_NAME_PATTERN,
     FunctionDefinition,
@@ -33,9 +32,6 @@ from orchestrator.structured.tools import (
     plan_tools,
 )
 from orchestrator.structured.tools import ToolChoice as ChatToolChoice
-
-Finite = Annotated[float, Field(allow_inf_nan=False)]
-StopString = Annotated[str, Field(min_length=1, max_length=FIELD_BOUNDS.stop_string_chars)]
 
 
 class _Wire(BaseModel):
@@ -116,9 +112,7 @@ class CountTokensRequest(_Wire):
     def output_plan(self, engine: Engine) -> OutputPlan:
         tools = self.custom_tools()
         choice, parallel = self.chat_tool_choice()
-        plan = plan_tools(tools, choice if tools else None, parallel)
-        guide = tool_call_guide(plan, tool_format(engine.manifest.chat.tool_call_format)) if plan else None
-        return OutputPlan.for_model(engine.manifest.chat, guide, plan, chat=True)
+        return chat_output_plan(engine, plan_tools(tools, choice if tools else None, parallel))
 
     def chat_tool_choice(self) -> tuple[ChatToolChoice | None, bool | None]:
         """tool_choice as chat's `tool_choice` and `parallel_tool_calls`: auto, any (required), tool (named), none."""

@@ -13,16 +13,15 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
 from orchestrator.api.engine_requests import Generation, SamplingFields, chat_prompt
-from orchestrator.api.output_plan import OutputPlan, check_output
+from orchestrator.api.output_plan import OutputPlan, chat_output_plan, check_output
 from orchestrator.api.responses_api.conversation import chat_messages
 from orchestrator.api.responses_api.items import InputItem, MessageItem, item_kind, text_or
+from orchestrator.api.wire import Finite
 from orchestrator.backends import features_of
 from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import FIELD_BOUNDS
 from orchestrator.errors import InvalidRequest, UnsupportedParameter
-from orchestrator.structured.guide import Guide, json_schema_guide, single_guide
-from orchestrator.structured.tool_formats import tool_format
-from orchestrator.structured.tool_grammar import tool_call_guide
+from orchestrator.structured.guide import Guide, json_schema_guide
 from orchestrator.structured.tools import (
     FUNCTION_NAME_PATTERN,
     FunctionDefinition,
@@ -32,7 +31,6 @@ from orchestrator.structured.tools import (
     plan_tools,
 )
 
-Finite = Annotated[float, Field(allow_inf_nan=False)]
 _ITEMS = TypeAdapter(list[InputItem])
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 # What OpenAI lets `include` ask for. Only the logprobs are produced here; the others name items this server never
@@ -267,9 +265,6 @@ class ResponsesRequest(_Wire):
             choice = NamedToolChoice(type="function", function=FunctionName(name=choice.name))
         elif tools is None and choice == "auto":
             choice = None  # Codex sends auto with only hosted tools, which are not offered
-        tool_plan = plan_tools(tools, choice, self.parallel_tool_calls)
-        fmt = tool_format(engine.manifest.chat.tool_call_format)
         text_format = self.text.format if self.text is not None else None
-        guide = single_guide(text_format.guide() if text_format is not None else None,
-                             tool_call_guide(tool_plan, fmt) if tool_plan is not None else None)
-        return OutputPlan.for_model(engine.manifest.chat, guide, tool_plan, chat=True)
+        return chat_output_plan(engine, plan_tools(tools, choice, self.parallel_tool_calls),
+                                text_format.guide() if text_format is not None else None)
