@@ -16,6 +16,7 @@ from orchestrator.api.app import build_app, runner_options
 from orchestrator.api.state import STATE, AppState
 from orchestrator.config import load_config
 from orchestrator.engine.catalogue import Catalogue, discover
+from orchestrator.ipc.messages import TextDelta
 from orchestrator.scheduler import ModelSnapshot, Scheduler
 from tests.fakes.workers import FakeWorkers
 
@@ -64,3 +65,26 @@ def sse_events(raw: bytes) -> list[dict | str]:
         payload = block[len(b"data: "):]
         events.append("[DONE]" if payload == b"[DONE]" else orjson.loads(payload))
     return events
+
+
+def bearer(key: str) -> dict:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def say(worker, request_id: str, text: str = "", reasoning: str | None = None, tokens: int = 1,
+        finish=None, tool_calls: list | None = None) -> None:
+    """The engine's output of one step for a request, as its worker would send it (reasoning, tool calls)."""
+    worker.sinks[request_id](TextDelta(request_id, text, tokens, finish, reasoning=reasoning,
+                                       tool_calls=tool_calls).to_wire())
+
+
+def named_events(raw: bytes) -> list[dict]:
+    """The data of each event of a named-event stream (the agent APIs'); every `event:` name agrees with its
+    data's `type`, and every block is exactly one `event:` and one `data:` line."""
+    payloads = []
+    for block in raw.decode().strip().split("\n\n"):
+        name, data = block.split("\n")
+        payload = orjson.loads(data.removeprefix("data: "))
+        assert name == f"event: {payload['type']}"
+        payloads.append(payload)
+    return payloads

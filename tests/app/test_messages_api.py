@@ -15,8 +15,7 @@ from pydantic import TypeAdapter
 from orchestrator.access.keys import hash_key
 from orchestrator.engine.request import FinishReason
 from orchestrator.errors import EngineError
-from orchestrator.ipc.messages import TextDelta
-from tests.app.harness import running_app
+from tests.app.harness import named_events, running_app, say
 
 EVENT = TypeAdapter(RawMessageStreamEvent)
 BODY = {"max_tokens": 64, "messages": [{"role": "user", "content": "Why?"}]}
@@ -44,21 +43,9 @@ async def ask(app, stream: bool, headers: dict | None = None, **fields):
         headers={"anthropic-version": "2023-06-01", **(headers or {})}))
 
 
-def say(worker, request_id: str, text: str = "", reasoning: str | None = None, tokens: int = 1,
-        finish: FinishReason | None = None, tool_calls: list | None = None) -> None:
-    worker.sinks[request_id](TextDelta(request_id, text, tokens, finish, reasoning=reasoning,
-                                       tool_calls=tool_calls).to_wire())
-
-
 def events_of(raw: bytes) -> list:
-    """The stream's events, each typed by the SDK (error events as dicts); `event:` names agree with their data."""
-    events = []
-    for block in raw.decode().strip().split("\n\n"):
-        name, data = block.split("\n")
-        payload = orjson.loads(data.removeprefix("data: "))
-        assert name == f"event: {payload['type']}"
-        events.append(payload if payload["type"] in ("error", "ping") else EVENT.validate_python(payload))
-    return events
+    """The stream's events, each typed by the SDK (error and ping events as dicts)."""
+    return [p if p["type"] in ("error", "ping") else EVENT.validate_python(p) for p in named_events(raw)]
 
 
 async def think_then_answer(app, stream: bool):

@@ -15,7 +15,7 @@ from orchestrator.access.keys import hash_key
 from orchestrator.engine.request import FinishReason
 from orchestrator.errors import EngineError
 from orchestrator.ipc.messages import TextDelta
-from tests.app.harness import running_app
+from tests.app.harness import bearer, named_events, running_app, say
 
 EVENT = TypeAdapter(ResponseStreamEvent)
 
@@ -36,28 +36,14 @@ def keys_flags(tmp_path):
     return "--auth.keys-file", str(path)
 
 
-def bearer(key: str) -> dict:
-    return {"Authorization": f"Bearer {key}"}
-
-
 async def ask(app, stream: bool, key: str = "sk-insider"):
     return asyncio.create_task(app.client.post(
         "/v1/responses", json={"model": app.model, "input": "Why?", "stream": stream}, headers=bearer(key)))
 
 
-def say(worker, request_id: str, text: str = "", reasoning: str | None = None, tokens: int = 1,
-        finish: FinishReason | None = None) -> None:
-    worker.sinks[request_id](TextDelta(request_id, text, tokens, finish, reasoning=reasoning).to_wire())
-
-
 def events_of(raw: bytes) -> list:
-    """The stream's events, each typed by the SDK; `event:` names agree with their data's type."""
-    events = []
-    for block in raw.decode().strip().split("\n\n"):
-        name, data = block.split("\n")
-        payload = orjson.loads(data.removeprefix("data: "))
-        assert name == f"event: {payload['type']}"
-        events.append(EVENT.validate_python(payload))
+    """The stream's events, each typed by the SDK, numbered 0, 1, 2..."""
+    events = [EVENT.validate_python(p) for p in named_events(raw)]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     return events
 

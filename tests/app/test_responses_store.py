@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 
-import orjson
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from orchestrator.access.keys import hash_key
 from orchestrator.engine.request import FinishReason
-from tests.app.harness import running_app
+from tests.app.harness import bearer, named_events, running_app
 
 EVENT = TypeAdapter(ResponseStreamEvent)
 
@@ -30,10 +29,6 @@ def keys_flags(tmp_path):
         key = "{hash_key('sk-bob')}"
     """)
     return "--auth.keys-file", str(path)
-
-
-def bearer(key: str = "sk-alice") -> dict:
-    return {"Authorization": f"Bearer {key}"}
 
 
 async def answer(app, body: dict, text: str = "Hello.", key: str = "sk-alice", finish=FinishReason.STOP):
@@ -72,13 +67,13 @@ def test_a_kept_response_is_read_back_whole_and_as_its_events_then_deleted(catal
         async with running_app(catalogue, *keys_flags, "--data-dir", str(tmp_path)) as app:
             _, made, _ = await answer(app, {"input": "Hi"}, "Hello there.")
             path = f"/v1/responses/{made['id']}"
-            read = await (await app.client.get(path, headers=bearer())).json()
-            replay = await (await app.client.get(path + "?stream=true", headers=bearer())).read()
-            later = await (await app.client.get(path + "?stream=true&starting_after=3", headers=bearer())).read()
+            read = await (await app.client.get(path, headers=bearer("sk-alice"))).json()
+            replay = await (await app.client.get(path + "?stream=true", headers=bearer("sk-alice"))).read()
+            later = await (await app.client.get(path + "?stream=true&starting_after=3", headers=bearer("sk-alice"))).read()
             other = await app.client.get(path, headers=bearer("sk-bob"))
             other_delete = await app.client.delete(path, headers=bearer("sk-bob"))
-            deleted = await (await app.client.delete(path, headers=bearer())).json()
-            after = await app.client.get(path, headers=bearer())
+            deleted = await (await app.client.delete(path, headers=bearer("sk-alice"))).json()
+            after = await app.client.get(path, headers=bearer("sk-alice"))
             return made, read, replay, later, other.status, other_delete.status, deleted, after.status
 
     made, read, replay, later, other, other_delete, deleted, after = asyncio.run(go())
@@ -114,15 +109,15 @@ def test_a_background_response_is_queued_then_completed_and_holds_its_key_until_
 
     async def go():
         async with running_app(catalogue, "--data-dir", str(tmp_path), "--auth.keys-file", str(keys)) as app:
-            reply = await app.client.post("/v1/responses", headers=bearer(), json={
+            reply = await app.client.post("/v1/responses", headers=bearer("sk-alice"), json={
                 "model": app.model, "input": "Hi", "background": True})
             queued = await reply.json()
             worker, request = await app.workers.next_submit()
-            meanwhile = await app.client.post("/v1/responses", headers=bearer(), json={"model": app.model, "input": "x"})
+            meanwhile = await app.client.post("/v1/responses", headers=bearer("sk-alice"), json={"model": app.model, "input": "x"})
             worker.emit(request.id, "Done.", tokens=2, finish=FinishReason.STOP)
             path = f"/v1/responses/{queued['id']}"
             for _ in range(200):
-                polled = await (await app.client.get(path, headers=bearer())).json()
+                polled = await (await app.client.get(path, headers=bearer("sk-alice"))).json()
                 if polled["status"] == "completed":
                     break
                 await asyncio.sleep(0.01)
@@ -175,11 +170,6 @@ def test_the_fields_that_need_the_store_are_refused_by_name_without_one(catalogu
 
 
 def events_of(raw: bytes, first: int = 0) -> list:
-    events = []
-    for block in raw.decode().strip().split("\n\n"):
-        name, data = block.split("\n")
-        payload = orjson.loads(data.removeprefix("data: "))
-        assert name == f"event: {payload['type']}"
-        events.append(EVENT.validate_python(payload))
+    events = [EVENT.validate_python(p) for p in named_events(raw)]
     assert [e.sequence_number for e in events] == list(range(first, first + len(events)))
     return events
