@@ -23,14 +23,18 @@ BODIES = {
 def test_a_slow_first_output_is_preceded_by_the_opening_events_and_keepalives(catalogue, monkeypatch, path):
     monkeypatch.setattr(generation, "KEEPALIVE_S", 0.05)
 
+    marker = b"event: ping" if path == "/v1/messages" else b": keepalive"
+
     async def go():
         async with running_app(catalogue) as app:
             asking = asyncio.create_task(app.client.post(path, json={"model": app.model, **BODIES[path]}))
             worker, request = await app.workers.next_submit()
-            await asyncio.sleep(0.3)  # the prefill: several keepalive periods without output
+            reply = await asking  # the headers come with the stream's opening, before any output
+            seen = b""
+            while seen.count(marker) < 4:  # the prefill goes on: keepalives, and still no output
+                seen += await reply.content.readany()
             worker.emit(request.id, "Hello", tokens=1, finish=FinishReason.STOP)
-            reply = await asking
-            return reply.status, await reply.read()
+            return reply.status, seen + await reply.read()
 
     status, raw = asyncio.run(go())
     blocks = raw.decode().strip().split("\n\n")
