@@ -158,7 +158,8 @@ async def _stream_events(http: web.Request, request: InferenceRequest, presenter
     request.keeps_output = True  # the closing events carry the whole response
     while True:
         try:
-            deltas = await asyncio.wait_for(next_deltas(request), KEEPALIVE_S)
+            async with asyncio.timeout(KEEPALIVE_S):  # a timer per step, not a task as wait_for makes
+                deltas = await next_deltas(request)
         except TimeoutError:
             if writer is None:
                 writer = await _open_event_stream(http)
