@@ -15,13 +15,13 @@ import anthropic
 import pytest
 from anthropic.types import Message
 
+from tests.conformance.test_openai_api import COUNT, stop_string_in
 from tests.conftest import DEFAULT_MODEL
 
 pytestmark = pytest.mark.e2e
 
 NATURAL_MAX = 200  # room enough for the model to end its answer to "Say hi" by itself
 HI = [{"role": "user", "content": "Say hi"}]
-COUNT = [{"role": "user", "content": "Count from 1 to 10, one number per line."}]
 SYSTEM = [{"type": "text", "text": "You are terse."},
           {"type": "text", "text": "Answer in English.", "cache_control": {"type": "ephemeral"}}]
 WEATHER = {
@@ -139,15 +139,6 @@ def test_a_max_tokens_beyond_the_context_is_what_the_context_leaves(claude, limi
     message = claude.messages.create(model=DEFAULT_MODEL, max_tokens=limits.max_seq_len * 4, messages=HI,
                                      extra_body=GREEDY)
     assert message.stop_reason in ("end_turn", "max_tokens")
-
-
-def stop_string_in(text: str) -> tuple[str, int]:
-    """A two-character stop string from the second half of `text`, and where it first occurs."""
-    for where in range(len(text) // 2, len(text) - 1):
-        candidate = text[where:where + 2]
-        if candidate.strip() and text.find(candidate) == where:
-            return candidate, where
-    raise AssertionError(f"no stop string to pick from {text!r}")
 
 
 @pytest.mark.parametrize("stream", [False, True])
