@@ -15,6 +15,7 @@ as a `Hub`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -157,8 +158,9 @@ def fetch(checkpoint: HubCheckpoint, cache: Path) -> Path:
                 raise FetchError(f"fetching {file.name} of {checkpoint.repo} failed ({type(exc).__name__}: "
                                  f"{str(exc).splitlines()[0]}); run the build again to resume") from exc
             done += file.size
-            print(f"fetched {index}/{len(files)}: {file.name} ({size_text(file.size)}); {size_text(done)} of "
-                  f"{size_text(total)} in all", flush=True)
+            overall.write(f"fetched {index}/{len(files)}: {file.name} ({size_text(file.size)}); {size_text(done)} of "
+                          f"{size_text(total)} in all", file=sys.stdout)  # above the bars, on a terminal
+            sys.stdout.flush()
     verify(checkpoint, cache)
     return checkpoint.snapshot(cache)
 
@@ -174,7 +176,7 @@ def _progress(total: int) -> Iterator[tuple[object, type]]:
     file's bar starts at what was there already)."""
     from huggingface_hub.utils import tqdm
 
-    with tqdm(total=total, unit="B", unit_scale=True, desc="in all") as overall:
+    with tqdm(total=total, unit="B", unit_scale=True, desc="in all", disable=None) as overall:  # none in a log
         class FileBar(tqdm):
             def __init__(self, *args, **kwargs) -> None:
                 super().__init__(*args, **kwargs)
