@@ -36,7 +36,7 @@ class Transport:
 def test_a_slow_reader_is_kept_and_a_stalled_one_is_cut_off_once():
     async def go():
         transport, stalls, handed = Transport(), [], [0]
-        watch = StallWatch(transport, 1.0, stalls.append, lambda: handed[0])
+        StallWatch(transport, 1.0, stalls.append, lambda: handed[0])  # its own timer keeps it looking
         for _ in range(5):  # every period the client takes 1 of 100 new bytes: slow, but reading
             handed[0] += 100
             transport.buffered += 99
