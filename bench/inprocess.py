@@ -147,7 +147,7 @@ async def _in_process_series(work: Workload, options: BenchOptions, _workdir: Pa
         sender = InProcessSender(engines, encoders, shape)
         await warm_up(sender, work.warmup, work.warmup_prompts)
         pid = os.getpid()
-        cpu = CpuProbe(pid, lambda: {pid: "in-process"}, options.exclude_threads)
+        cpu = CpuProbe(pid, lambda: {pid: "in-process"}, options.exclude_threads, work.floor_us)
         return await run_levels("in-process", sender, work.levels, work.prompts, options, cpu, show)
 
 

@@ -70,6 +70,7 @@ async def serve(config: ServerConfig) -> int:
     await asyncio.wait([loading, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     if loading.done():
         states = ", ".join(f"{m.name} ({m.backend}, {m.state})" for m in state.scheduler.snapshot())
+        aio.settle_heap()
         print(f"Inferno ready: http://{host}:{port}/v1 serving {states}", flush=True)
         await stop.wait()
     log.info("shutting down: draining requests for up to %.0f s", config.drain_timeout_s)

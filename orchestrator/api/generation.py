@@ -144,7 +144,9 @@ async def _open_event_stream(http: web.Request) -> SseWriter:
     )
     response.enable_chunked_encoding()
     await response.prepare(http)
-    return SseWriter(response, http, watch_stalls(http).wrote)
+    writer = SseWriter(response, http)
+    watch_stalls(http, writer.handed_bytes)
+    return writer
 
 
 async def _stream_events(http: web.Request, request: InferenceRequest, presenter: EventPresenter
@@ -223,7 +225,10 @@ class _EventStream:
             self.request.fast_path = self.fast_text
 
     def fast_text(self, choice: Choice, text: str) -> bool:
-        return not text or self.writer.write(self.templates.text(choice.index, text))
+        if not text:
+            return True
+        prefix, suffix = self.templates.parts(choice.index)
+        return self.writer.write_parts(prefix, orjson.dumps(text), suffix)
 
     def chunk(self, choice: Choice, delta: TextDelta) -> bytes:
         chunk = self.fmt.chunk(

@@ -10,8 +10,6 @@ client reads slowly) so the caller can fall back to waiting for the buffer to dr
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import orjson
 from aiohttp import web
 
@@ -32,11 +30,15 @@ class ChunkTemplates:
         self._parts: dict[int, tuple[bytes, bytes]] = {}
 
     def text(self, index: int, text: str) -> bytes:
+        prefix, suffix = self.parts(index)
+        return prefix + orjson.dumps(text) + suffix
+
+    def parts(self, index: int) -> tuple[bytes, bytes]:
+        """The bytes before and after the text (as JSON) in choice `index`'s text chunk."""
         parts = self._parts.get(index)
         if parts is None:
             parts = self._parts[index] = self._split(index)
-        prefix, suffix = parts
-        return prefix + orjson.dumps(text) + suffix
+        return parts
 
     def _split(self, index: int) -> tuple[bytes, bytes]:
         whole = sse(self._render(index, _MARKER))
@@ -48,13 +50,12 @@ class ChunkTemplates:
 class SseWriter:
     """Writes an open (prepared, chunked) event stream without awaiting; `drain` waits when it is congested."""
 
-    def __init__(self, response: web.StreamResponse, http: web.Request, wrote: Callable[[int], None] | None = None):
-        """`wrote(nbytes)` is told of every write (the stall watch counts what the client is handed)."""
+    def __init__(self, response: web.StreamResponse, http: web.Request):
         if not response.chunked or response.compression:
             raise ValueError("the event stream must be chunked and uncompressed")
         self._response = response
         self._transport = http.transport
-        self._wrote = wrote or (lambda nbytes: None)
+        self.handed = 0  # bytes handed to the transport so far (the stall watch reads it)
         # Congested exactly when the transport pauses its protocol, so `drain` then really waits.
         self._high_water = self._transport.get_write_buffer_limits()[1] if self._transport is not None else 0
 
@@ -66,6 +67,9 @@ class SseWriter:
     def open(self) -> bool:
         return self._transport is not None and not self._transport.is_closing()
 
+    def handed_bytes(self) -> int:
+        return self.handed
+
     def write(self, data: bytes) -> bool:
         """Send `data` as one HTTP chunk now; False (nothing sent) if the client has gone or reads too slowly."""
         if not data:
@@ -74,7 +78,17 @@ class SseWriter:
         if transport is None or transport.is_closing() or transport.get_write_buffer_size() > self._high_water:
             return False
         framed = b"%x\r\n%b\r\n" % (len(data), data)
-        self._wrote(len(framed))
+        self.handed += len(framed)
+        transport.write(framed)
+        return True
+
+    def write_parts(self, prefix: bytes, body: bytes, suffix: bytes) -> bool:
+        """`write(prefix + body + suffix)`, framed in one go (a templated chunk: ChunkTemplates.parts)."""
+        transport = self._transport
+        if transport is None or transport.is_closing() or transport.get_write_buffer_size() > self._high_water:
+            return False
+        framed = b"%x\r\n%b%b%b\r\n" % (len(prefix) + len(body) + len(suffix), prefix, body, suffix)
+        self.handed += len(framed)
         transport.write(framed)
         return True
 

@@ -8,9 +8,9 @@ aborted. (A client that stops reading is cut off one to two periods later.) The 
 or its task is cancelled, which ends the request as a client that went away: its engine requests are
 cancelled and its permit is handed on.
 
-`StallWatch` does not care how the stream is written: the writer only tells it how many bytes it handed
-over (`wrote`, a counter), and the watch's own timer does the looking, so it acts even while the writer
-waits in a write. The decision itself is `judge`, a pure function.
+`StallWatch` does not care how the stream is written: it asks the writer how many bytes it has handed over
+so far (`handed`, read once per look, so a write costs the watch nothing), and the watch's own timer does the
+looking, so it acts even while the writer waits in a write. The decision itself is `judge`, a pure function.
 """
 
 from __future__ import annotations
@@ -43,20 +43,17 @@ def judge(buffered: int, delivered_before: int, delivered_now: int) -> Progress:
 
 
 class StallWatch:
-    def __init__(self, transport: asyncio.WriteTransport, period_s: float, on_stall: Callable[[int], None]):
+    def __init__(self, transport: asyncio.WriteTransport, period_s: float, on_stall: Callable[[int], None],
+                 handed: Callable[[], int]):
         """Looks every `period_s` from now until `stop`; `on_stall(buffered_bytes)` is called once, just before
-        the transport is aborted."""
+        the transport is aborted. `handed()`: the bytes the writer has handed the transport so far."""
         self._transport = transport
         self._period_s = period_s
         self._on_stall = on_stall
-        self._handed = 0
+        self._handed = handed
         self._delivered_at_look = 0
         self._timer: asyncio.TimerHandle | None = None
         self._look_later()
-
-    def wrote(self, nbytes: int) -> None:
-        """The writer handed (or is about to hand) the transport `nbytes` more."""
-        self._handed += nbytes
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -64,7 +61,7 @@ class StallWatch:
             self._timer = None
 
     def _delivered(self, buffered: int) -> int:
-        return self._handed - buffered
+        return self._handed() - buffered
 
     def _look_later(self) -> None:
         self._delivered_at_look = self._delivered(self._transport.get_write_buffer_size())
@@ -82,9 +79,10 @@ class StallWatch:
             self._look_later()
 
 
-def watch_stalls(http: web.Request) -> StallWatch:
+def watch_stalls(http: web.Request, handed: Callable[[], int]) -> StallWatch:
     """A StallWatch on the request's connection (`http.stall_timeout_s`), stopped when the calling handler's
-    task ends (a kept-alive connection's next request gets a watch of its own). Raises ConnectionResetError
+    task ends (a kept-alive connection's next request gets a watch of its own); `handed()` says how many bytes the
+    response's writer has handed the transport so far. Raises ConnectionResetError
     if the connection is gone already."""
     transport = http.transport
     if transport is None:
@@ -96,6 +94,6 @@ def watch_stalls(http: web.Request) -> StallWatch:
         log.warning("request %s: the client read nothing for %g s with %d bytes waiting; ending its stream",
                     request_id, period_s, buffered)
 
-    watch = StallWatch(transport, period_s, on_stall)
+    watch = StallWatch(transport, period_s, on_stall, handed)
     asyncio.current_task().add_done_callback(lambda _: watch.stop())
     return watch

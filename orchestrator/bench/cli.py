@@ -36,10 +36,15 @@ def _show(row: dict) -> None:
     (key, value), = row["load"].items()
     load = {"concurrency": f"c={value}", "rate": f"{value:g}/s"}.get(key, "trace")
     ttft, itl = row["ttft_s"]["p50"], row["itl_s"]["p50"]
+    server = row.get("server_cpu") or {}
+    cpu = ""
+    if "floor_ratio" in server:
+        counted = server.get("us_per_token_excluding", server["us_per_token"])
+        cpu = f"  server {counted:.1f} us/tok = {server['floor_ratio']:.2f}x floor"
     print(
         f"  {row['series']:<10} {load:<8} {row['output_tok_s'] or 0:>9.1f} tok/s  "
         f"ttft p50 {'-' if ttft is None else f'{ttft * 1000:.1f} ms'}  "
-        f"itl p50 {'-' if itl is None else f'{itl * 1000:.2f} ms'}  errors {row['errors']}",
+        f"itl p50 {'-' if itl is None else f'{itl * 1000:.2f} ms'}  errors {row['errors']}{cpu}",
         flush=True,
     )
 
@@ -48,7 +53,11 @@ def _print_summary(report: dict, path: Path) -> None:
     print()
     print(table(report["rows"]))
     print("(ttft, itl in ms; e2e in s; client us/chunk: the load generator's CPU per SSE event; "
-          "server us/tok: server CPU per output token)")
+          "server us/tok: server CPU per output token; x floor: that (excluding --exclude-threads) over the floor)")
+    floor = report.get("floor")
+    if floor:
+        print(f"floor: {floor['us_per_write']} us of CPU per SSE-sized loopback write ({floor['user_us_per_write']} user + "
+              f"{floor['system_us_per_write']} system, {floor['writes']} writes), measured before the run")
     for ratio in report["ratios"]:
         (key, value), = ratio["load"].items()
         print(f"http / {ratio['of']} at {key} {value}: throughput {ratio['output_tok_s']}x, "

@@ -42,6 +42,7 @@ class BenchOptions:
     temperature: float
     slo: Slo
     exclude_threads: tuple[str, ...]
+    floor_rounds: int  # 0: no floor measurement
     out: Path
     plot: bool
 
@@ -104,6 +105,8 @@ def parser(prog: str = "inferno bench") -> argparse.ArgumentParser:
     measure = p.add_argument_group("measurement")
     measure.add_argument("--slo", default="", help="goodput bounds in seconds, e.g. ttft=0.5,itl=0.05")
     measure.add_argument("--exclude-threads", default="", help="thread names (globs) left out of the server CPU")
+    measure.add_argument("--floor-rounds", type=int, default=1000,
+                         help="rounds of the kernel's floor measured before the run (128 writes 5 ms apart each: 5 s; 0: none)")
     output = p.add_argument_group("output")
     output.add_argument("--out", type=Path, default=Path("bench/results"))
     output.add_argument("--no-plot", dest="plot", action="store_false")
@@ -129,8 +132,8 @@ def _check_load(args: argparse.Namespace, concurrency: tuple, rates: tuple) -> N
     for flag, value in (("--requests", args.requests), ("--duration", args.duration), ("--max-requests", args.max_requests)):
         if value is not None and value <= 0:
             raise BenchError(f"{flag} must be positive (got {value})")
-    if args.warmup < 0 or args.timeout <= 0 or args.temperature < 0:
-        raise BenchError("--warmup must be >= 0, --timeout > 0 and --temperature >= 0")
+    if args.warmup < 0 or args.timeout <= 0 or args.temperature < 0 or args.floor_rounds < 0:
+        raise BenchError("--warmup and --floor-rounds must be >= 0, --timeout > 0 and --temperature >= 0")
     requests = args.requests or 32
     if args.duration is None and concurrency and max(concurrency) > requests:
         raise BenchError(f"--requests {requests} is fewer than --concurrency {max(concurrency)}: the level would never reach it")
@@ -163,5 +166,6 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         max_requests=args.max_requests, warmup=args.warmup, trace=args.trace, seed=args.seed, timeout_s=args.timeout,
         isl=isl, osl=osl, ignore_eos=args.ignore_eos, chat=args.endpoint == "chat", temperature=args.temperature,
         slo=slo, exclude_threads=tuple(p.strip() for p in args.exclude_threads.split(",") if p.strip()),
+        floor_rounds=args.floor_rounds,
         out=args.out, plot=args.plot,
     )

@@ -90,7 +90,7 @@ def _num(value: float | None, spec: str) -> str:
 
 
 HEADER = ("series", "load", "ok", "err", "tok/s", "req/s", "ttft p50", "ttft p99", "itl p50", "itl p99",
-          "e2e p50", "goodput", "client us/chunk", "server us/tok")
+          "e2e p50", "goodput", "client us/chunk", "server us/tok", "x floor")
 
 
 def table_row(row: dict) -> tuple[str, ...]:
@@ -106,7 +106,7 @@ def table_row(row: dict) -> tuple[str, ...]:
         _num(row["req_s"], ".2f"), _ms(row["ttft_s"]["p50"]), _ms(row["ttft_s"]["p99"]), _ms(row["itl_s"]["p50"]),
         _ms(row["itl_s"]["p99"]), _num(row["e2e_s"]["p50"], ".2f"),
         "-" if not goodput else f"{goodput['fraction']:.0%}", _num(row["client"]["cpu_us_per_chunk"], ".1f"),
-        server_cell,
+        server_cell, _num(server.get("floor_ratio"), ".2f"),
     )
 
 

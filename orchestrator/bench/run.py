@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from orchestrator.bench.floor import measure_apart
 from orchestrator.bench.levels import WARMUP_SEED_OFFSET, plan_levels, warmup_specs
 from orchestrator.bench.options import BenchError, BenchOptions
 from orchestrator.bench.prompts import PromptMaker, prompts_for
@@ -33,8 +34,10 @@ def open_target(options: BenchOptions, workdir: Path) -> Target:
 class Workload:
     """The levels, their prompts and the warm-up, made once for every series."""
 
-    def __init__(self, options: BenchOptions, target: Target, notes: list[str]):
-        """Raises BenchError for a trace that cannot be read or a length no prompt can have."""
+    def __init__(self, options: BenchOptions, target: Target, notes: list[str], floor_us: float | None = None):
+        """Raises BenchError for a trace that cannot be read or a length no prompt can have. `floor_us`: the
+        kernel's floor measured in this run (every series' server CPU is set against it)."""
+        self.floor_us = floor_us
         mix = options.models or ModelMix((target.models[0],))
         try:
             self.levels, level_notes = plan_levels(options, mix)
@@ -71,12 +74,23 @@ async def http_series(name: str, target: Target, work: Workload, options: BenchO
     """The workload sent to `target` over HTTP: the warm-up, then every level."""
     shape = RequestShape(options.chat, options.ignore_eos, options.temperature)
     sender = HttpSender(target.api, shape, options.timeout_s, options.api_key)
-    cpu = CpuProbe(target.pid, target.roles, options.exclude_threads) if target.pid else None
+    cpu = CpuProbe(target.pid, target.roles, options.exclude_threads, work.floor_us) if target.pid else None
     try:
         await warm_up(sender, work.warmup, work.warmup_prompts)
         return await run_levels(name, sender, work.levels, work.prompts, options, cpu, show)
     finally:
         sender.close()
+
+
+async def _floor(options: BenchOptions, notes: list[str]) -> dict | None:
+    """The kernel's floor on this machine now (floor.py), before the target starts; None if not asked for."""
+    if not options.floor_rounds:
+        return None
+    try:
+        return await measure_apart(options.floor_rounds)
+    except RuntimeError as exc:
+        notes.append(str(exc))
+        return None
 
 
 async def run_bench(
@@ -94,10 +108,11 @@ async def run_bench(
         "machine": machine(),
         "versions": versions(),
     }
+    report["floor"] = await _floor(options, notes)
     target = target_of(options, workdir)
     try:
         report["target"] = {"kind": target.kind, "api": target.api, "models": target.models, **target.info}
-        work = Workload(options, target, notes)
+        work = Workload(options, target, notes, report["floor"] and report["floor"]["us_per_write"])
         report["prompts"] = work.describe()
         if not report["prompts"]["isl_exact"]:
             notes.append("prompt lengths are approximate (no tokenizer at hand): see each row's prompt_tokens")

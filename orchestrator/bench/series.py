@@ -22,6 +22,7 @@ class CpuProbe:
     root_pid: int
     roles: Callable[[], dict[int, str]]
     exclude: tuple[str, ...]
+    floor_us: float | None = None  # the kernel's floor per streamed token measured in the same run (floor.py)
 
     def sample(self) -> dict:
         return sample_tree(self.root_pid)
@@ -57,6 +58,9 @@ class CpuProbe:
                 "excluded_cpu_s": round(excluded, 3),
                 "us_per_token_excluding": per_token(total - excluded),
             }
+        if self.floor_us and tokens:
+            counted = report.get("us_per_token_excluding", report["us_per_token"])
+            report |= {"floor_us_per_token": self.floor_us, "floor_ratio": round(counted / self.floor_us, 2)}
         return report
 
 

@@ -248,6 +248,7 @@ async def main_async(fd: int, preload: tuple[str, ...]) -> int:
     watchdog.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await watchdog  # the channel has one reader at a time
+    aio.settle_heap()
     channel.send(WorkerReady(os.getpid(), psutil.Process().memory_info().rss, report).to_wire())
     try:
         await worker.serve()

@@ -41,11 +41,15 @@ def test_exact_chunk_counts_from_a_server_at_a_url(tmp_path, bare_server, endpoi
     report, result = bench(
         tmp_path, "--url", bare_server.api, "--server-pid", str(bare_server.pid), "--endpoint", endpoint,
         "--concurrency", "1,4", "--rate", "200", "--requests", "8", "--osl", "16", "--slo", "ttft=30",
+        "--floor-rounds", "200",  # a second: enough clock ticks to count
     )
     assert result.returncode == 0, result.stderr
     assert report["errors"] == 0 and report["target"]["kind"] == "url"
     assert report["target"]["models"] == ["bare-sse"]  # the first the server lists
     assert [row["load"] for row in report["rows"]] == [{"concurrency": 1}, {"concurrency": 4}, {"rate": 200.0}]
+    floor = report["floor"]
+    assert floor["writes"] == 128 * 200 and floor["bytes_read"] == floor["writes"] * floor["chunk_bytes"]
+    assert floor["us_per_write"] > 0 and f"floor: {floor['us_per_write']} us" in result.stdout
     for row in report["rows"]:
         assert (row["series"], row["requests"], row["ok"], row["errors"]) == ("http", 8, 8, 0)
         assert row["chunks"] == 8 * 16  # one text chunk per token
@@ -54,6 +58,9 @@ def test_exact_chunk_counts_from_a_server_at_a_url(tmp_path, bare_server, endpoi
         assert row["client"]["cpu_us_per_chunk"] > 0
         assert row["goodput"]["fraction"] == 1.0
         assert row["server_cpu"]["processes"][0]["role"] == "server"  # --server-pid: measured, named generically
+        server = row["server_cpu"]  # set against the kernel's floor measured before the run
+        assert server["floor_us_per_token"] == floor["us_per_write"]
+        assert server["floor_ratio"] == round(server["us_per_token"] / floor["us_per_write"], 2)
     assert report["rows"][2]["client"]["send_lag_s"]["n"] == 8
     assert "http" in result.stdout and "wrote" in result.stdout
 
