@@ -58,6 +58,16 @@ def tool_input(arguments: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def input_json(arguments: str) -> str:
+    """A call's input as a stream's `input_json_delta` carries it: the model's own text when it is a JSON object,
+    else "{}" (what `tool_input` makes of it)."""
+    try:
+        value = orjson.loads(arguments or "{}")
+    except orjson.JSONDecodeError:
+        return "{}"
+    return arguments if isinstance(value, dict) else "{}"
+
+
 def content_blocks(choice: Choice, text: str) -> list[dict]:
     """A finished answer's blocks: its thinking, its text (unless it only called tools), its tool calls."""
     blocks = []

@@ -10,17 +10,15 @@ block, as in the whole message. A failure after the stream began is one `error` 
 
 from __future__ import annotations
 
-import orjson
-
 from orchestrator.api.generation import Event
 from orchestrator.api.messages_api.output import (
     content_blocks,
+    input_json,
     matched_stop,
     message_body,
     new_message_id,
     signature,
     stop_reason,
-    tool_input,
     usage,
 )
 from orchestrator.api.messages_api.wire import MessagesRequest
@@ -111,8 +109,7 @@ class MessagesPresenter:
             self._calls[entry["index"]] = self._open
         arguments = function.get("arguments", "")
         if arguments:  # a call comes whole, so its input is known: the same object a whole message gives
-            partial = orjson.dumps(tool_input(arguments)).decode()
-            events.append(self._delta({"type": "input_json_delta", "partial_json": partial},
+            events.append(self._delta({"type": "input_json_delta", "partial_json": input_json(arguments)},
                                       self._calls[entry["index"]]))
         return events
 
