@@ -97,6 +97,8 @@ class Scheduler:
             probe or simulated_device(catalogue.engines) or detect_probe(config.worker.device, memory.gpu_index),
             memory.capacity_bytes,
             memory.reserve_bytes,
+            memory.host_capacity_bytes,
+            memory.host_reserve_bytes,
         )
         self._workers = workers
         self._placement = ModelPlacement(self._entries, config, self._ledger, workers, events or NoEvents(), clock)
