@@ -106,6 +106,26 @@ def test_a_model_larger_than_the_device_is_refused_outright(tmp_path):
     assert run_virtual(go()) == (None, [])
 
 
+def test_host_kv_tiers_that_would_over_commit_host_ram_evict_an_idle_model_or_are_refused(tmp_path):
+    """Pinned host RAM is placed as device memory is: the device has room for both models, the host's 2 GiB
+    only for one model's 1.5 GiB tier at a time."""
+    tiers = "[defaults]\nprompt_cache_bytes = 1_610_612_736\n[models.huge]\nprompt_cache_bytes = 3_221_225_472\n"
+
+    async def go():
+        scheduler, workers, events = make_scheduler(tmp_path, {"alpha": 1, "beta": 1, "huge": 1}, 8, tiers,
+                                                    backend="trtllm", host_gib=2)
+        await served(scheduler, workers, "alpha")
+        await served(scheduler, workers, "beta")
+        options = [w.spec.options for w in workers.started]
+        with pytest.raises(ModelUnavailable, match=r"3\.00 GiB of pinned host RAM and the host offers 2\.00 GiB"):
+            await serve(scheduler, inference_request("huge"))
+        return events.log, options
+
+    log, options = run_virtual(go())
+    assert log == [("loaded", "alpha"), ("unloaded", "alpha", "evicted"), ("loaded", "beta")]
+    assert [o.prompt_cache_bytes for o in options] == [1_610_612_736] * 2  # the tier the ledger holds is the one asked
+
+
 def test_an_idle_model_is_unloaded_after_its_keep_alive(tmp_path):
     async def go():
         scheduler, workers, events = make_scheduler(tmp_path, {"alpha": 1}, 2, "[models.alpha]\nkeep_alive_s = 30\n")
