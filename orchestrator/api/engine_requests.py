@@ -127,7 +127,8 @@ def chat_prompt(engine: Engine, messages: list[dict], plan: OutputPlan, template
     fmt = tool_format(engine.manifest.chat.tool_call_format)
     shaped = prompt_messages(messages, plan.tools, fmt,
                              template_reads_tools=template_supports_tools(engine.prompts.chat_template))
-    return engine.prompts.encode_chat(shaped.messages, template_kwargs or {}, add_generation_prompt, tools=shaped.tools)
+    return engine.prompts.encode_chat(shaped.messages, template_kwargs or {}, add_generation_prompt,
+                                      tools=shaped.tools)
 
 
 def system_prefix(engine: Engine, messages: list[dict], plan: OutputPlan, template_kwargs: dict | None,

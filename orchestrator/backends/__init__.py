@@ -49,12 +49,13 @@ class Features:
     min_p: bool
     guided: bool = True  # output constraints (structured outputs, forced tool calls) enforced by a grammar
     top_logprobs_note: str = ""  # why top_logprobs is refused, when it depends on how the engine was built
-    retention: bool = False  # keeps a request's system prompt longer in its KV cache (EngineRequest.system_prefix_tokens)
+    retention: bool = False  # keeps a request's system prompt longer in its KV cache (system_prefix_tokens)
 
 
 _FEATURES = {
     "hf": Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True),
-    "trtllm": Features(penalties=True, logprobs=True, top_logprobs=False, logit_bias=True, min_p=True, retention=True),
+    "trtllm": Features(penalties=True, logprobs=True, top_logprobs=False, logit_bias=True, min_p=True,
+                       retention=True),
     # Synthetic text: log probabilities are synthetic but deterministic (orchestrator/backends/sim/sequence.py); logit_bias
     # and penalties have no meaning for it and are refused. top_p, top_k and min_p are accepted and change
     # nothing: the simulator's text does not come from a distribution.

@@ -68,7 +68,7 @@ class TrtllmOptions(BackendOptions):
     generation_logits: bool = False
     # KvCacheConfig.host_cache_size: pinned host RAM for offloaded reusable KV blocks (None or 0: no host tier)
     prompt_cache_bytes: PromptCacheBytes = None
-    # Each request's system prompt and tools at SYSTEM_PROMPT_PRIORITY (KvCacheRetentionConfig), from the model's setting
+    # Each request's system prompt and tools at SYSTEM_PROMPT_PRIORITY (KvCacheRetentionConfig): the model's setting
     retain_system_prompt: bool = False
 
 

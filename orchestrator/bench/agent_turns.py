@@ -62,7 +62,7 @@ class Scenario:
 def parse(argv: list[str]) -> Scenario:
     p = argparse.ArgumentParser(prog="inferno bench agent-turns", description=__doc__.split("\n\n")[0])
     p.add_argument("--engines-dir", type=Path, required=True)
-    p.add_argument("--model", required=True, help="the engine every model is a copy of (a sim engine: one simulated GPU)")
+    p.add_argument("--model", required=True, help="the engine every model copies (a sim engine: one simulated GPU)")
     p.add_argument("--models", type=int, default=3, help="models sharing the device")
     p.add_argument("--agents", type=int, default=6, help="conversations per model")
     p.add_argument("--turns", type=int, default=5)
@@ -91,7 +91,8 @@ def conversations(scenario: Scenario, model: str) -> list[list[dict]]:
              {"role": "user", "content": _text(rng, scenario.user_words)}] for i in range(scenario.agents)]
 
 
-async def one_turn(session: aiohttp.ClientSession, api: str, model: str, messages: list[dict], answer_tokens: int) -> dict:
+async def one_turn(session: aiohttp.ClientSession, api: str, model: str, messages: list[dict],
+                   answer_tokens: int) -> dict:
     """Send the conversation, stream the answer: its text, time to first token, prompt and cached tokens."""
     body = {"model": model, "messages": messages, "max_tokens": answer_tokens, "ignore_eos": True, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}}
@@ -156,7 +157,8 @@ def _settings_file(folder: Path, scenario: Scenario, variant: dict) -> Path:
 
 
 def run(scenario: Scenario) -> dict:
-    report = {"scenario": {k: str(v) if isinstance(v, Path) else v for k, v in vars(scenario).items()}, "variants": []}
+    described = {k: str(v) if isinstance(v, Path) else v for k, v in vars(scenario).items()}
+    report = {"scenario": described, "variants": []}
     with tempfile.TemporaryDirectory(prefix="inferno-agent-turns-") as work:
         engines = Path(work) / "engines"
         engines.mkdir()

@@ -168,7 +168,8 @@ class ModelPlacement:
                     log.info("evicting %s to load %s", ", ".join(plan.evict), entry.name)
                     # Each victim stops taking requests now, in this turn of the loop, as the plan saw it idle.
                     await asyncio.gather(*(self.start_unload(self._entries[n], "evicted") for n in plan.evict))
-                    plan = policy.plan_load(need, self._ledger.room(), self._ledger.usable_memory(), self._residents())
+                    plan = policy.plan_load(need, self._ledger.room(), self._ledger.usable_memory(),
+                                            self._residents())
                 if plan.placement is Placement.LOAD:
                     self._ledger.reserve_for(entry.name, estimate, host)
                     entry.state = ModelState.LOADING

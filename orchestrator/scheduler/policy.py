@@ -125,7 +125,8 @@ def plan_load(need: Memory, free: Memory, usable: Memory, residents: list[Reside
     reserve, on the device and in pinned host RAM): evict idle unpinned models, least recently used first, until
     both fit. Host RAM is refused as device memory is: never over-committed."""
     if not usable.covers(need):
-        return LoadPlan(Placement.IMPOSSIBLE, reason=f"it needs {_short(need, usable, 'the device offers', 'the host offers')}")
+        short = _short(need, usable, "the device offers", "the host offers")
+        return LoadPlan(Placement.IMPOSSIBLE, reason=f"it needs {short}")
     if free.covers(need):
         return LoadPlan(Placement.LOAD)
     chosen: list[str] = []

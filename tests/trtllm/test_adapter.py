@@ -73,7 +73,8 @@ def test_the_host_kv_tier_is_the_models_prompt_cache_bytes(trt, runtime, engines
     assert tiered.kv_cache_config.host_cache_size == 8 * 2**30
     assert tiered.kv_cache_config.onboard_blocks is True  # offloaded blocks come back when reused
     for off in ({}, {"prompt_cache_bytes": 0}):
-        assert build_executor_config(trt, settings_for(engines / "one-gpu", **off), runtime).kv_cache_config.host_cache_size is None
+        config = build_executor_config(trt, settings_for(engines / "one-gpu", **off), runtime)
+        assert config.kv_cache_config.host_cache_size is None
 
 
 def test_executor_config_batches_in_flight_with_chunked_prefill_and_stats(trt, runtime, engines):
@@ -200,7 +201,8 @@ def test_the_system_prompt_is_kept_at_high_priority_where_the_model_says_so(trt,
     folder = engines / "one-gpu"
     retaining = RequestBuilder(trt, load_manifest(folder), Tokenizer.from_file(str(folder / "tokenizer.json")), VOCAB,
                                retain_system_prompt=True)
-    config = retaining.build(EngineRequest("r", tuple(range(5, 105)), 8, system_prefix_tokens=40)).kv_cache_retention_config
+    built = retaining.build(EngineRequest("r", tuple(range(5, 105)), 8, system_prefix_tokens=40))
+    config = built.kv_cache_retention_config
     (kept,) = config.token_range_retention_configs
     assert (kept.token_start, kept.token_end, kept.priority, kept.duration_ms) == (0, 40, SYSTEM_PROMPT_PRIORITY, None)
     assert config.decode_retention_priority == 35  # the generated tokens keep the engine's default
@@ -208,7 +210,8 @@ def test_the_system_prompt_is_kept_at_high_priority_where_the_model_says_so(trt,
 
 
 def test_without_the_setting_no_request_carries_a_retention_config(builder):
-    assert builder.build(EngineRequest("r", tuple(range(5, 105)), 8, system_prefix_tokens=40)).kv_cache_retention_config is None
+    built = builder.build(EngineRequest("r", tuple(range(5, 105)), 8, system_prefix_tokens=40))
+    assert built.kv_cache_retention_config is None
 
 
 def test_the_double_refuses_retention_configs_the_engine_refuses(trt):

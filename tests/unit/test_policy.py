@@ -156,7 +156,8 @@ def test_host_ram_is_refused_as_device_memory_is():
 
 def test_loads_only_when_device_and_host_both_fit():
     assert plan_load(gib(2, host=4), gib(3, host=4), gib(10, host=16), []).placement is Placement.LOAD
-    plan = plan_load(gib(2, host=5), gib(3, host=4), gib(10, host=16), [resident("pinned", 1, pinned=True, host_gib=12)])
+    pinned = [resident("pinned", 1, pinned=True, host_gib=12)]
+    plan = plan_load(gib(2, host=5), gib(3, host=4), gib(10, host=16), pinned)
     assert plan.placement is Placement.BLOCKED
     assert "5.00 GiB of pinned host RAM and they leave 4.00 GiB" in plan.reason and "pinned" in plan.reason
 
