@@ -134,10 +134,12 @@ def chat_prompt(engine: Engine, messages: list[dict], plan: OutputPlan, template
 def system_prefix(engine: Engine, messages: list[dict], plan: OutputPlan, template_kwargs: dict | None,
                   prompt: list[int]) -> int:
     """How many leading tokens of a conversation's `prompt` come before its first user message: the system prompt
-    and the tool definitions, which every turn of an agent's conversation sends again. Computed for backends that
-    can keep them longer in their KV cache (Features.retention) as the tokens `prompt` shares with the rendering of
-    those leading messages alone; 0 when there are none, or when the template will not render them alone."""
-    if not features_of(engine.manifest).retention:
+    and the tool definitions, which every turn of an agent's conversation sends again. Computed only for models
+    that keep them longer in their KV cache (the model's retain_system_prompt, on a backend with
+    Features.retention), as the tokens `prompt` shares with the rendering of those leading messages alone: one more
+    rendering of the system prompt and tools per request. 0 when there are none, or when the template will not
+    render them alone."""
+    if not (engine.retain_system_prompt and features_of(engine.manifest).retention):
         return 0
     first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), len(messages))
     if first_user == 0 and not (plan.tools and plan.tools.tools):

@@ -161,3 +161,13 @@ def test_a_request_for_a_model_chosen_for_eviction_waits_for_it_to_load_again(tm
     assert log == [("loaded", "alpha"), ("unloaded", "alpha", "evicted"), ("loaded", "beta"),
                    ("unloaded", "beta", "evicted"), ("loaded", "alpha")]
     assert alpha_stopped == [True, False]
+
+
+def test_the_served_engine_says_which_models_keep_their_system_prompts(tmp_path):
+    """What the HTTP side reads (the model's view) carries the setting, so it counts system prefixes only there."""
+    async def go():
+        keep = "[models.alpha]\nretain_system_prompt = true\n"
+        scheduler, _, _ = make_scheduler(tmp_path, {"alpha": 1, "beta": 1}, 4, keep, backend="trtllm")
+        return [scheduler.model(name).engine.retain_system_prompt for name in ("alpha", "beta")]
+
+    assert run_virtual(go()) == [True, False]

@@ -138,9 +138,10 @@ def test_field_path_leaves_out_union_tags():
 
 
 # -- the system prefix (what retain_system_prompt keeps) -------------------------------------------------------------
-def _retaining(engine):
-    """The same engine folder as a backend that keeps system prompts longer (trtllm), for the prefix's count."""
-    return replace(engine, manifest=engine.manifest.model_copy(update={"backend": "trtllm"}))
+def _retaining(engine, retain=True):
+    """The same engine folder as a backend that keeps system prompts longer (trtllm), with the model's setting."""
+    trtllm = engine.manifest.model_copy(update={"backend": "trtllm"})
+    return replace(engine, manifest=trtllm, retain_system_prompt=retain)
 
 
 def _prefix_and_prompt(engine, messages, **fields):
@@ -168,8 +169,9 @@ def test_system_prefix_counts_tool_definitions(engine):
     assert "get_weather" in engine.prompts.tokenizer.decode(list(prompt[:count]), skip_special_tokens=False)
 
 
-def test_no_system_prefix_without_one_or_on_a_backend_that_does_not_keep_it(engine):
+def test_no_system_prefix_without_one_or_for_a_model_that_does_not_keep_it(engine):
     system = {"role": "system", "content": "You are a careful agent."}
     user = {"role": "user", "content": "Hi."}
     assert _prefix_and_prompt(_retaining(engine), [user])[0] == 0
-    assert _prefix_and_prompt(engine, [system, user])[0] == 0  # llamacpp: no retention to feed
+    assert _prefix_and_prompt(_retaining(engine, retain=False), [system, user])[0] == 0  # the setting is off
+    assert _prefix_and_prompt(replace(engine, retain_system_prompt=True), [system, user])[0] == 0  # llamacpp
