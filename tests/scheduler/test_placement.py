@@ -115,6 +115,8 @@ def test_host_kv_tiers_that_would_over_commit_host_ram_evict_an_idle_model_or_ar
         scheduler, workers, events = make_scheduler(tmp_path, {"alpha": 1, "beta": 1, "huge": 1}, 8, tiers,
                                                     backend="trtllm", host_gib=2)
         await served(scheduler, workers, "alpha")
+        memory = scheduler.memory()
+        assert (memory.host_capacity_bytes, memory.host_used_bytes) == (2 * 2**30, 1_610_612_736)
         await served(scheduler, workers, "beta")
         options = [w.spec.options for w in workers.started]
         with pytest.raises(ModelUnavailable, match=r"3\.00 GiB of pinned host RAM and the host offers 2\.00 GiB"):
