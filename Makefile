@@ -204,10 +204,13 @@ $(LLAMA_LIB): $(LLAMA_BUILD)/CMakeCache.txt
 $(LLAMA_SERVER): $(LLAMA_BUILD)/CMakeCache.txt
 	$(CMAKE) --build $(LLAMA_BUILD) --target llama-server --parallel
 
-# Inferno's llamacpp backend against llama-server on the same GGUF file and workload; JSON in bench/results/.
+# Inferno's llamacpp backend against llama-server on the same GGUF file and workload, each side with its own
+# default threads, then both with every core; JSON in bench/results/.
 bench-llamacpp: setup $(LLAMA_SERVER)
 	$(BIN)/inferno build $(DEFAULT_MODEL) --engines-dir $(ENGINES_DIR)
 	$(BIN)/python -m bench.llamacpp_compare --engine $(ENGINES_DIR)/$(DEFAULT_MODEL) --llama-server $(LLAMA_SERVER) $(BENCH_ARGS)
+	$(BIN)/python -m bench.llamacpp_compare --engine $(ENGINES_DIR)/$(DEFAULT_MODEL) --llama-server $(LLAMA_SERVER) \
+		--threads $(shell nproc) $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -6,7 +6,8 @@ The workload is `inferno bench`'s, sent to both servers the same way: 32 chat re
 64-token prompts (counted with the engine's tokenizer and chat template), 64 output tokens each (`ignore_eos`
 forces all 64), greedy, streamed, at concurrency 1 and 16, after 2 warm-up requests. llama-server runs with the
 engine's slots (`max_batch_size`), the KV cells Inferno's engine takes in the same layout (a stream per slot, or
-`--kv-unified` when Inferno's budget makes one pool), the same threads, and its default prompt cache. Each
+`--kv-unified` when Inferno's budget makes one pool), and its default prompt cache; threads are each side's
+own default (llama-server's: its `-t` default; Inferno's: sized per step) unless `--threads N` gives both N. Each
 server's processes are measured for CPU per token. This machine's speed drifts by more than the difference
 being measured (the same decode loop ran 15 ms/token on one core and 19 on the other), so both servers stay
 up and are measured in turns, level by level, `--rounds` times each, the one going first alternating, with new
@@ -32,7 +33,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.backends.llamacpp.backend import CELL_PADDING, default_threads, kv_layout
+from orchestrator.backends.llamacpp.backend import CELL_PADDING, kv_layout
 from orchestrator.bench.report import write
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.launch import start_server
@@ -59,11 +60,13 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_llama_server(binary: Path, gguf: Path, layout, threads: int, log_path: Path) -> tuple[subprocess.Popen, str]:
+def start_llama_server(binary: Path, gguf: Path, layout, threads: int | None,
+                       log_path: Path) -> tuple[subprocess.Popen, str]:
+    """llama-server on a free port; `threads` None: its own default."""
     port = free_port()
     command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", str(layout.slots),
-               "-c", str(layout.cells), "-t", str(threads), "-tb", str(threads),
-               "--kv-unified" if layout.unified else "--no-kv-unified"]
+               "-c", str(layout.cells), "--kv-unified" if layout.unified else "--no-kv-unified"]
+    command += ["-t", str(threads), "-tb", str(threads)] if threads else []
     process = subprocess.Popen(command, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
@@ -114,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3,
                         help="runs of each server, taking turns (the one that goes first alternates)")
-    parser.add_argument("--threads", type=int, default=default_threads(os.cpu_count() or 1),
-                        help="llama.cpp threads on both sides (default: the backend's, one core left free)")
+    parser.add_argument("--threads", type=int,
+                        help="llama.cpp threads on both sides (default: each side's own default)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args(argv)
     manifest = load_manifest(args.engine)
@@ -127,12 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg": os.getloadavg()},
         "engine": str(args.engine),
         "llama_server": {"slots": layout.slots, "ctx_cells": layout.cells, "kv_unified": layout.unified,
-                         "threads": threads},
+                         "threads": threads or "its default"},
+        "inferno": {"threads": threads or "its default (sized per step)"},
         "rounds": [],
     }
     with tempfile.TemporaryDirectory(prefix="inferno-llamacpp-bench-") as tmp:
         server = start_server(args.engine.parent, Path(tmp) / "inferno.log", "--models", args.engine.name,
-                              "--worker.threads", str(threads))
+                              *(["--worker.threads", str(threads)] if threads else []))
         process = None
         try:
             process, base = start_llama_server(args.llama_server, args.engine / "model.gguf", layout, threads,

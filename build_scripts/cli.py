@@ -169,8 +169,9 @@ def build_command(argv: list[str], env: Mapping[str, str] | None = None) -> int:
     except FetchError as exc:
         print(f"inferno build: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # during the fetch: what it completed stays in the cache, and is not fetched again
-        print("inferno build: interrupted while fetching the checkpoint; no engine was written", file=sys.stderr)
+    except KeyboardInterrupt:  # during the fetch: what it got stays in the cache, the file it was on included
+        print("inferno build: interrupted while fetching the checkpoint; no engine was written. What was fetched "
+              "stays in the cache: run the build again to resume", file=sys.stderr)
         return 130
     return _run(plan)
 

@@ -2,16 +2,28 @@
 
 When a recipe's checkpoint is neither given (--checkpoint) nor in the local Hugging Face cache, the build reads
 the repository's file list from the hub (names, sizes, hashes: what --dry-run and preflight show), then
-downloads only the files a build uses into the standard cache with huggingface_hub: one file at a time with a
-progress bar each and a running total, resumed where a connection was cut, and checked against the hub's
-hashes (LFS sha256, else the git blob id) before the build reads them. Air-gapped sites switch this off with
---offline or HF_HUB_OFFLINE=1. The CLI reads the environment and hands the settings down as a `Hub`.
+downloads only the files a build uses into the standard cache with huggingface_hub, one file at a time with a
+progress bar each and one for the whole fetch. A file's bytes go first to `blobs/<etag>.incomplete` in the
+cache, which outlives the process: a connection cut during a file is resumed at once, and a build killed during
+a file resumes from what that file holds on the next run (an HTTP range request), while the files it completed
+are not fetched again. huggingface_hub then links each blob into the snapshot as it does for its own downloads.
+config.json is fetched last and unlinked when a check fails, so a snapshot with one is complete. Everything is
+checked against the hub's hashes (LFS sha256, else the git blob id) before the build reads it. Air-gapped sites
+switch this off with --offline or HF_HUB_OFFLINE=1. The CLI reads the environment and hands the settings down
+as a `Hub`.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfFileMetadata
 
 # What a build reads from a checkpoint: the weights in safetensors form (and their index), the model's config,
 # its tokenizer and chat template, its generation config. Never the duplicate weights some repositories carry
@@ -127,27 +139,89 @@ def list_files(repo: str, hub: Hub) -> HubCheckpoint:
 
 
 def fetch(checkpoint: HubCheckpoint, cache: Path) -> Path:
-    """Download the files into the cache, then check them against the hub's hashes; returns the snapshot folder.
-    Each file has huggingface_hub's progress bar on a terminal (none in a log) and a line once done, with the
-    running total; a cut connection resumes where it stopped."""
-    from huggingface_hub import hf_hub_download
+    """Download the files into the cache (the ones already there are kept), then check them against the hub's
+    hashes; returns the snapshot folder. Each file has a progress bar, advancing the whole fetch's bar too, and a
+    line once done with the running total."""
     from huggingface_hub.errors import GatedRepoError
 
     done, total = 0, checkpoint.total_bytes
-    for index, file in enumerate(checkpoint.files, 1):
-        try:
-            hf_hub_download(checkpoint.repo, file.name, revision=checkpoint.revision, cache_dir=cache,
-                            endpoint=checkpoint.hub.endpoint, token=checkpoint.hub.token)
-        except GatedRepoError as exc:
-            raise FetchError(gated_message(checkpoint.repo, checkpoint.hub)) from exc
-        except Exception as exc:  # a refusal, or a connection lost for good (cut ones are resumed first)
-            raise FetchError(f"fetching {file.name} of {checkpoint.repo} failed ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0]}); run the build again to resume") from exc
-        done += file.size
-        print(f"fetched {index}/{len(checkpoint.files)}: {file.name} ({size_text(file.size)}); {size_text(done)} of "
-              f"{size_text(total)} in all", flush=True)
+    files = fetch_order(checkpoint.files)
+    with _progress(total) as (overall, bar_class):
+        for index, file in enumerate(files, 1):
+            if (checkpoint.snapshot(cache) / file.name).exists():  # completed by an earlier run
+                overall.update(file.size)
+            try:
+                _download(checkpoint, file, cache, bar_class)
+            except GatedRepoError as exc:
+                raise FetchError(gated_message(checkpoint.repo, checkpoint.hub)) from exc
+            except Exception as exc:  # a refusal, or a connection lost for good (cut ones are resumed first)
+                raise FetchError(f"fetching {file.name} of {checkpoint.repo} failed ({type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0]}); run the build again to resume") from exc
+            done += file.size
+            overall.write(f"fetched {index}/{len(files)}: {file.name} ({size_text(file.size)}); {size_text(done)} of "
+                          f"{size_text(total)} in all", file=sys.stdout)  # above the bars, on a terminal
+            sys.stdout.flush()
     verify(checkpoint, cache)
     return checkpoint.snapshot(cache)
+
+
+def fetch_order(files: tuple[HubFile, ...]) -> tuple[HubFile, ...]:
+    """config.json last: the cache lookup takes a snapshot with a config.json for a complete one."""
+    return tuple(sorted(files, key=lambda file: file.name == "config.json"))
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[tuple[object, type]]:
+    """A bar for the whole fetch, and the class of the per-file bars, which advance it as they advance (a resumed
+    file's bar starts at what was there already)."""
+    from huggingface_hub.utils import tqdm
+
+    with tqdm(total=total, unit="B", unit_scale=True, desc="in all", disable=None) as overall:  # none in a log
+        class FileBar(tqdm):
+            def __init__(self, *args, **kwargs) -> None:
+                super().__init__(*args, **kwargs)
+                overall.update(kwargs.get("initial", 0))
+
+            def update(self, n: float | None = 1) -> bool | None:
+                overall.update(n)
+                return super().update(n)
+
+        yield overall, FileBar
+
+
+def _download(checkpoint: HubCheckpoint, file: HubFile, cache: Path, bar_class: type) -> None:
+    """One file into the cache: its blob written (or continued) here, then linked by hf_hub_download, which finds
+    the blob in place and downloads nothing."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+    from huggingface_hub.utils import WeakFileLock, build_hf_headers
+
+    hub, link = checkpoint.hub, checkpoint.snapshot(cache) / file.name
+    if not link.exists():
+        url = hf_hub_url(checkpoint.repo, file.name, revision=checkpoint.revision, endpoint=hub.endpoint)
+        metadata = get_hf_file_metadata(url, token=hub.token, endpoint=hub.endpoint)
+        folder = checkpoint.snapshot(cache).parent.parent
+        lock = cache / ".locks" / folder.name / f"{metadata.etag}.lock"  # the lock huggingface_hub takes for it
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with WeakFileLock(lock):
+            _blob(metadata, folder / "blobs" / metadata.etag, build_hf_headers(token=hub.token), file.name, bar_class)
+    hf_hub_download(checkpoint.repo, file.name, revision=checkpoint.revision, cache_dir=cache,
+                    endpoint=hub.endpoint, token=hub.token)
+
+
+def _blob(metadata: HfFileMetadata, blob: Path, headers: dict, name: str, bar_class: type) -> None:
+    """Download a file's bytes to `<blob>.incomplete`, continuing from what it holds, then move it to `blob`."""
+    from huggingface_hub.file_download import http_get
+
+    if blob.exists():
+        return
+    partial = blob.with_name(blob.name + ".incomplete")
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    with partial.open("ab") as out:
+        if out.tell() > (metadata.size or 0):  # not a beginning of this file: start again
+            out.truncate(0)
+        http_get(metadata.location, out, resume_size=out.tell(), headers=headers, expected_size=metadata.size,
+                 displayed_filename=name, tqdm_class=bar_class)
+    partial.replace(blob)
 
 
 def verify(checkpoint: HubCheckpoint, cache: Path) -> None:
@@ -162,6 +236,7 @@ def verify(checkpoint: HubCheckpoint, cache: Path) -> None:
         link.resolve().unlink(missing_ok=True)
         link.unlink(missing_ok=True)
     if bad or missing:
+        (checkpoint.snapshot(cache) / "config.json").unlink(missing_ok=True)  # the snapshot is incomplete: fetched again
         details = [f"{m['path']}: {m['algorithm']} {m['actual'][:16]}… where the hub says {m['expected'][:16]}…" for m in bad]
         details += [f"{name}: missing after the download" for name in missing]
         raise FetchError(f"the files fetched from {checkpoint.repo} do not match the hub's hashes ("

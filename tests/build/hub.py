@@ -7,7 +7,8 @@ a model repository, serving repositories the tests make.
   git blob id) and Content-Length; GET honours `Range: bytes=N-` (206 and Content-Range), as resumes need
 
 Each repository can be gated (401 with X-Error-Code: GatedRepo without an Authorization header), serve a
-file corrupted (same size, other bytes than its hashes say) or cut the first response of a file short of its end.
+file corrupted (same size, other bytes than its hashes say), cut the first response of a file short of its end,
+or stall it there (the bytes sent, then nothing until the client goes away: a build killed mid-file).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Repo:
     gated: bool = False
     corrupt: set[str] = field(default_factory=set)  # served with one byte flipped
     cut_once: set[str] = field(default_factory=set)  # the first GET stops 4 KiB short of the end
+    stall_once: set[str] = field(default_factory=set)  # the first GET sends as much, then waits for the client to go
 
     @property
     def commit(self) -> str:
@@ -136,11 +138,16 @@ class LoopbackHub:
         response = web.StreamResponse(status=status, headers=headers)
         response.content_length = len(content) - start
         await response.prepare(request)
-        if path in repo.cut_once:
-            repo.cut_once.discard(path)
+        if path in repo.cut_once | repo.stall_once:
             # Short of the end, past huggingface_hub's 10 MiB read size for a large file, so that what it read is kept
             await response.write(content[start:max(start, len(content) - 4096)])
-            request.transport.abort()  # the connection drops with the body half sent
+            if path in repo.cut_once:
+                repo.cut_once.discard(path)
+                request.transport.abort()  # the connection drops with the body half sent
+            else:
+                repo.stall_once.discard(path)
+                while request.transport is not None and not request.transport.is_closing():
+                    await asyncio.sleep(0.05)  # until the client is gone
             return response
         await response.write(content[start:])
         await response.write_eof()

@@ -4,10 +4,12 @@ No internet is used."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -96,7 +98,7 @@ def workspace(tmp_path) -> dict[str, Path]:
     return {"recipes": recipes, "engines": tmp_path / "engines", "hf_home": tmp_path / "hf"}
 
 
-def build(workspace, hub, *args: str, **env: str) -> subprocess.CompletedProcess:
+def build_command(workspace, hub, *args: str, **env: str) -> tuple[list[str], dict[str, str]]:
     """`inferno build` with HF_ENDPOINT at the loopback hub, the cache under HF_HOME in a temporary folder and
     no token or offline switch from the caller's environment."""
     base = {key: value for key, value in os.environ.items()
@@ -104,6 +106,11 @@ def build(workspace, hub, *args: str, **env: str) -> subprocess.CompletedProcess
     base.update(HF_ENDPOINT=hub.url, HF_HOME=str(workspace["hf_home"]), HF_HUB_DISABLE_TELEMETRY="1", **env)
     command = [sys.executable, "-m", "orchestrator", "build", "tiny-fetched", "--recipes-dir", str(workspace["recipes"]),
                "--engines-dir", str(workspace["engines"]), *args]
+    return command, base
+
+
+def build(workspace, hub, *args: str, **env: str) -> subprocess.CompletedProcess:
+    command, base = build_command(workspace, hub, *args, **env)
     return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=base, check=False, timeout=300)
 
 
@@ -150,6 +157,43 @@ def test_a_build_fetches_only_what_it_reads_resumes_a_cut_connection_then_finds_
     assert again.returncode == 0, again.stderr
     assert "is up to date" in again.stdout
     assert hub.requests == []  # found in the cache: the hub is not asked
+
+
+def test_a_build_killed_during_a_file_resumes_it_on_the_next_run_and_keeps_what_it_completed(workspace, hub, tiny_files):
+    from huggingface_hub.constants import DOWNLOAD_CHUNK_SIZE
+
+    weights = tiny_files["model.safetensors"]
+    hub.repos[REPO].stall_once.add("model.safetensors")  # the hub sends all but 4 KiB, then waits
+    kept = (len(weights) - 4096) // DOWNLOAD_CHUNK_SIZE * DOWNLOAD_CHUNK_SIZE  # what the client has written of it
+    assert kept > 0
+    partial = (workspace["hf_home"] / "hub" / f"models--{REPO.replace('/', '--')}" / "blobs"
+               / f"{hashlib.sha256(weights).hexdigest()}.incomplete")
+    command, env = build_command(workspace, hub)
+    killed = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (partial.is_file() and partial.stat().st_size == kept) and killed.poll() is None:
+            assert time.monotonic() < deadline, "the build never wrote the first part of the weights"
+            time.sleep(0.05)
+    finally:
+        killed.kill()  # SIGKILL: no handler runs, as when a node or a pod goes away
+        killed.wait(30)
+    assert partial.stat().st_size == kept
+    before = [path for method, path, _ in hub.requests if method == "GET"]
+    completed = [name for name in wanted(tiny_files) if any(path.endswith(f"/{name}") for path in before)
+                 and name != "model.safetensors"]
+    assert completed and "config.json" not in completed  # config.json comes last: the snapshot is not complete
+
+    hub.requests.clear()
+    result = build(workspace, hub)
+    assert result.returncode == 0, result.stdout + result.stderr
+    fetched = [(path.rsplit("/", 1)[-1], rng) for method, path, rng in hub.requests if method == "GET" and "/resolve/" in path]
+    assert ("model.safetensors", f"bytes={kept}-") in fetched  # continued from what the killed run kept
+    assert not any(name in completed for name, _ in fetched)  # the files it completed are not fetched again
+    assert {name for name, _ in fetched} == wanted(tiny_files) - set(completed)
+    assert (snapshot(workspace, hub) / "model.safetensors").read_bytes() == weights
+    assert not partial.exists()
+    assert (workspace["engines"] / "tiny-fetched" / "config.json").is_file()
 
 
 def test_a_corrupted_file_is_refused_removed_from_the_cache_and_fetched_again(workspace, hub, tiny_files):

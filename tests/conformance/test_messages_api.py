@@ -182,9 +182,6 @@ def test_tool_round_trip(claude, features, stream):
 
 def test_claude_code_shaped_request_is_accepted(claude, backend):
     """The fields, block and tool shapes Claude Code sends on its first turn (synthetic content)."""
-    if backend == "trtllm":
-        pytest.skip("known defect, open: the TensorRT-LLM double repeats the prompt, whose rendered tool section "
-                    "is parsed as a call whose arguments are not JSON, and an input_json_delta carries them")
     tool = {**WEATHER, "input_schema": {"$schema": "https://json-schema.org/draft/2020-12/schema",
                                         **WEATHER["input_schema"]}}
     messages = [{"role": "user", "content": [{"type": "text", "text": "<note>today</note>"},

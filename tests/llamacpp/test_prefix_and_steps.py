@@ -3,9 +3,9 @@ the RAM prompt cache keeps, and what one engine step computes."""
 
 from __future__ import annotations
 
-from orchestrator.backends.llamacpp.backend import kv_layout
+from orchestrator.backends.llamacpp.backend import kv_layout, step_threads
 from orchestrator.backends.llamacpp.cache import RamPromptCache, Slot, common_prefix, place, worth_saving
-from orchestrator.backends.llamacpp.step import plan_step
+from orchestrator.backends.llamacpp.step import MANY_THREADS_FROM, StepThreads, plan_step
 
 
 def test_common_prefix():
@@ -73,6 +73,20 @@ def test_without_decoding_sequences_prompts_take_the_whole_batch():
 def test_a_full_batch_of_decodes_leaves_no_room_for_prompts():
     plan = plan_step([(str(i), 1) for i in range(8)] + [("p", 10)], n_batch=8)
     assert len(plan.decode) == 8 and plan.prefill == ()
+
+
+def test_short_steps_leave_a_core_to_the_serving_path_and_long_steps_take_them_all():
+    threads = step_threads(None, cores=2)
+    assert threads.for_step(1) == 1 and threads.for_step(MANY_THREADS_FROM - 1) == 1
+    assert threads.for_step(MANY_THREADS_FROM) == 2 and threads.for_step(512) == 2
+    assert step_threads(None, cores=1) == StepThreads(1, 1)
+    assert step_threads(None, cores=16).for_step(1) == 15 and step_threads(None, cores=16).for_step(64) == 16
+
+
+def test_configured_threads_run_every_step():
+    threads = step_threads(3, cores=16)
+    assert {threads.for_step(n) for n in (1, 8, 512)} == {3}
+    assert threads.describe() == "3 threads"
 
 
 def test_a_budget_holding_every_slot_at_full_length_gives_each_slot_a_stream():

@@ -2,13 +2,15 @@
 
 A stream runs `message_start` (the message with no content yet, the prompt's usage) and a `ping`; then for each
 content block, in order, its `content_block_start`, its `content_block_delta`s (`thinking_delta` then one
-`signature_delta` for thinking, `text_delta` for text, `input_json_delta` for a tool call's arguments) and its
+`signature_delta` for thinking, `text_delta` for text, one `input_json_delta` with a tool call's whole input, as in the whole message) and its
 `content_block_stop`; then `message_delta` (stop reason, stop sequence, final usage) and `message_stop`. A block
 is closed when the next one opens, or at the end; an answer with neither text nor tool calls gets an empty text
 block, as in the whole message. A failure after the stream began is one `error` event.
 """
 
 from __future__ import annotations
+
+import orjson
 
 from orchestrator.api.generation import Event
 from orchestrator.api.messages_api.output import (
@@ -18,6 +20,7 @@ from orchestrator.api.messages_api.output import (
     new_message_id,
     signature,
     stop_reason,
+    tool_input,
     usage,
 )
 from orchestrator.api.messages_api.wire import MessagesRequest
@@ -107,8 +110,9 @@ class MessagesPresenter:
                                    "input": {}})
             self._calls[entry["index"]] = self._open
         arguments = function.get("arguments", "")
-        if arguments:
-            events.append(self._delta({"type": "input_json_delta", "partial_json": arguments},
+        if arguments:  # a call comes whole, so its input is known: the same object a whole message gives
+            partial = orjson.dumps(tool_input(arguments)).decode()
+            events.append(self._delta({"type": "input_json_delta", "partial_json": partial},
                                       self._calls[entry["index"]]))
         return events
 

@@ -133,7 +133,7 @@ class ContextShape:
     n_ctx: int  # KV cells in all
     n_batch: int  # tokens one llama_decode takes
     n_seq_max: int  # sequence slots
-    n_threads: int
+    n_threads: int  # the threads a step runs on until `Context.set_threads` says otherwise
     # True: one pool of `n_ctx` cells that every sequence draws from. False: each sequence slot has a stream of
     # `n_ctx / n_seq_max` cells of its own (llama.cpp pads it to a multiple of 256).
     unified: bool = True
@@ -190,6 +190,13 @@ class Context:
         self.n_seq_max = lib.llama_n_seq_max(self.handle)
         self.n_vocab = lib.llama_vocab_n_tokens(model.vocab)
         self.batch = Batch(shape.n_batch)
+        self.threads = shape.n_threads
+
+    def set_threads(self, threads: int) -> None:
+        """The threads the next decodes run on (a setting of the context: nothing is started or stopped)."""
+        if threads != self.threads:
+            self._lib.llama_set_n_threads(self.handle, threads, threads)
+            self.threads = threads
 
     def decode(self, n_tokens: int) -> int:
         """Run the first `n_tokens` rows of the batch. 0: done; 1: no room in the KV cache (nothing was

@@ -17,6 +17,7 @@ import os
 import threading
 from dataclasses import dataclass
 
+from orchestrator.backends.llamacpp.step import StepThreads
 from orchestrator.backends.options import prompt_cache_budget
 from orchestrator.backends.protocol import (
     BackendSettings,
@@ -71,11 +72,10 @@ def _pinned() -> str:
     return PINNED_BINDING
 
 
-def default_threads(cores: int) -> int:
-    """llama.cpp's threads wait for each other at every operation by spinning; one that loses its core to the
-    HTTP process or this worker's event loop stalls every step. So one core is left to them (measured on 2 cores:
-    1 thread decodes at 34 tok/s while the server streams, 2 threads at 8; docs/llamacpp.md)."""
-    return max(1, cores - 1)
+def step_threads(configured: int | None, cores: int) -> StepThreads:
+    """The threads llama.cpp's steps run on: `--worker.threads` for every step when given; else all cores but one
+    for short steps and all of them for long ones (StepThreads.default; measured in docs/llamacpp.md, "Threads")."""
+    return StepThreads.fixed(configured) if configured else StepThreads.default(cores)
 
 
 def kv_cells(settings: BackendSettings) -> int:
@@ -158,11 +158,12 @@ class LlamaCppBackend:
         limits = manifest.limits
         self._model = Model(settings.engine_dir / MODEL_FILE)
         layout = kv_layout(kv_cells(settings), limits.max_batch_size, limits.max_seq_len)
+        threads = step_threads(settings.options.threads, os.cpu_count() or 1)
         shape = ContextShape(
             n_ctx=layout.cells,
             n_batch=limits.max_num_tokens,
             n_seq_max=layout.slots,
-            n_threads=settings.options.threads or default_threads(os.cpu_count() or 1),
+            n_threads=threads.many,
             unified=layout.unified,
         )
         self._context = Context(self._model, shape)
@@ -170,11 +171,12 @@ class LlamaCppBackend:
             n_batch=shape.n_batch,
             max_seq_len=min(limits.max_seq_len, layout.seq_cells),
             prompt_cache_bytes=prompt_cache_bytes(settings),
+            threads=threads,
         )
         ends = frozenset(manifest.tokenizer.eos_token_ids)
         self._engine = EngineLoop(self._context, engine_limits, ends, self._hand_over, self._hand_over_death)
-        log.info("llama.cpp context: %d KV cells, %d sequences (%s), batch %d, %d threads",
-                 self._context.n_ctx, shape.n_seq_max, layout.reason, shape.n_batch, shape.n_threads)
+        log.info("llama.cpp context: %d KV cells, %d sequences (%s), batch %d, %s",
+                 self._context.n_ctx, shape.n_seq_max, layout.reason, shape.n_batch, threads.describe())
         if layout.seq_cells < limits.max_seq_len:
             log.warning("%s: its KV budget holds %d cells; sequences end there, below the engine's max_seq_len %d",
                         settings.engine_dir.name, layout.seq_cells, limits.max_seq_len)
