@@ -32,8 +32,9 @@ class WorkerConfig(_Section):
     )
     prompt_cache_bytes: PromptCacheBytes = Field(
         None,
-        description="host RAM per llamacpp model for saved prompt states, reused when a conversation comes back "
-        "after its slot was taken (default: half the model's KV cache budget; 0 turns it off)",
+        description="host RAM per model that keeps reusable KV (prompt prefixes) once it leaves the device's cache: "
+        "llamacpp's RAM prompt cache, trtllm's pinned host KV tier; a model's own setting (--model-settings) wins "
+        "(default: llamacpp half the model's KV cache budget, trtllm and sim none; 0 turns it off)",
     )
     load_timeout_s: float = Field(300.0, gt=0, description="give up on a model load after this long")
     spare: bool = Field(True, description="keep one worker started and its runtime imported, for fast loads")
@@ -81,6 +82,14 @@ class MemoryConfig(_Section):
         512 * 2**20, ge=0, description="runtime overhead per model, added to weights + KV until measured"
     )
     gpu_index: int = Field(0, ge=0, description="the GPU models are placed on, as CUDA numbers it (after CUDA_VISIBLE_DEVICES)")
+    host_capacity_bytes: int | None = Field(
+        None, ge=1, description="host RAM for models' host KV tiers (prompt_cache_bytes) when models run on a GPU "
+        "(default: the host's total memory)",
+    )
+    host_reserve_bytes: int | None = Field(
+        None, ge=0, description="host RAM held back from host KV tiers, for the system, the server and its workers "
+        "(default: a quarter of host_capacity_bytes)",
+    )
 
 
 class StructuredConfig(_Section):

@@ -18,6 +18,7 @@ from orchestrator.errors import ContextLengthExceeded, InvalidRequest, Unsupport
 from orchestrator.lifecycle import Choice, InferenceRequest
 from orchestrator.structured.tool_formats import tool_format
 from orchestrator.structured.tool_prompt import prompt_messages, template_supports_tools
+from orchestrator.text.chat_template import TemplateError
 
 if TYPE_CHECKING:
     from orchestrator.api.output_plan import OutputPlan
@@ -115,16 +116,44 @@ class Generation:
     n: int
     stream: bool
     echo: str | None = None  # completions' echo: the prompt's text, put before the answer
+    system_prefix_tokens: int = 0  # a conversation's leading tokens before its first user message (system_prefix)
 
 
-def chat_prompt(engine: Engine, messages: list[dict], plan: OutputPlan, template_kwargs: dict | None) -> list[int]:
+def chat_prompt(engine: Engine, messages: list[dict], plan: OutputPlan, template_kwargs: dict | None,
+                add_generation_prompt: bool = True) -> list[int]:
     """The prompt of a conversation, whatever API it came through: messages in the chat template's shape (tool
     calls and results included; the tools shown by the template where it reads them, else in a system prompt in
     the model's tool call format), rendered by the model's template and tokenised."""
     fmt = tool_format(engine.manifest.chat.tool_call_format)
     shaped = prompt_messages(messages, plan.tools, fmt,
                              template_reads_tools=template_supports_tools(engine.prompts.chat_template))
-    return engine.prompts.encode_chat(shaped.messages, template_kwargs or {}, tools=shaped.tools)
+    return engine.prompts.encode_chat(shaped.messages, template_kwargs or {}, add_generation_prompt,
+                                      tools=shaped.tools)
+
+
+def system_prefix(engine: Engine, messages: list[dict], plan: OutputPlan, template_kwargs: dict | None,
+                  prompt: list[int]) -> int:
+    """How many leading tokens of a conversation's `prompt` come before its first user message: the system prompt
+    and the tool definitions, which every turn of an agent's conversation sends again. Computed only for models
+    that keep them longer in their KV cache (the model's retain_system_prompt, on a backend with
+    Features.retention), as the tokens `prompt` shares with the rendering of those leading messages alone: one more
+    rendering of the system prompt and tools per request. 0 when there are none, or when the template will not
+    render them alone."""
+    if not (engine.retain_system_prompt and features_of(engine.manifest).retention):
+        return 0
+    first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), len(messages))
+    if first_user == 0 and not (plan.tools and plan.tools.tools):
+        return 0
+    try:
+        leading = chat_prompt(engine, messages[:first_user], plan, template_kwargs, add_generation_prompt=False)
+    except TemplateError:
+        return 0
+    shared = 0
+    for ours, theirs in zip(leading, prompt, strict=False):
+        if ours != theirs:
+            break
+        shared += 1
+    return shared
 
 
 def max_new_tokens(engine: Engine, generation: Generation, ceiling: int | None) -> int:
@@ -197,6 +226,7 @@ def inference_request(
                 guide=plan.guide,
                 tool_calls=plan.tool_calls,
                 reasoning=plan.reasoning,
+                system_prefix_tokens=generation.system_prefix_tokens,
             ),
         )
         for i in range(generation.n)

@@ -20,6 +20,7 @@ from orchestrator.api.engine_requests import (
     SamplingFields,
     chat_prompt,
     inference_request,
+    system_prefix,
 )
 from orchestrator.api.output_plan import OutputPlan, chat_output_plan, check_output
 from orchestrator.engine.catalogue import Engine
@@ -171,6 +172,10 @@ class _GenerationRequest(_Wire):
     def audit_prompt(self) -> object:
         raise NotImplementedError
 
+    def system_prefix(self, engine: Engine, plan: OutputPlan, prompt: list[int]) -> int:
+        """Leading prompt tokens before the first user message (conversations only)."""
+        return 0
+
     def echo_text(self, engine: Engine, prompt: list[int]) -> str | None:
         """The prompt's text, when the response must begin with it (completions' echo)."""
         return None
@@ -221,7 +226,7 @@ class _GenerationRequest(_Wire):
             prompt=prompt, prompt_param=self.PROMPT_PARAM, fields=fields, plan=plan,
             max_tokens=self.requested_max_tokens(), max_tokens_param=self.max_tokens_param(),
             default_max_tokens=self.DEFAULT_MAX_TOKENS, n=self.n, stream=self.stream,
-            echo=self.echo_text(engine, prompt),
+            echo=self.echo_text(engine, prompt), system_prefix_tokens=self.system_prefix(engine, plan, prompt),
         )
 
     def to_inference_request(self, engine: Engine, id_prefix: str, priority: int = 0,
@@ -270,6 +275,9 @@ class ChatCompletionRequest(_GenerationRequest):
 
     def prompt_ids(self, engine: Engine, plan: OutputPlan) -> list[int]:
         return chat_prompt(engine, self.audit_prompt(), plan, self.chat_template_kwargs)
+
+    def system_prefix(self, engine: Engine, plan: OutputPlan, prompt: list[int]) -> int:
+        return system_prefix(engine, self.audit_prompt(), plan, self.chat_template_kwargs, prompt)
 
     def prompt_text(self, engine: Engine) -> str | None:
         return engine.prompts.render_chat(self.audit_prompt(), self.chat_template_kwargs or {})
@@ -322,6 +330,10 @@ class CompletionRequest(_GenerationRequest):
 
     def audit_prompt(self) -> object:
         return self.prompt
+
+    def system_prefix(self, engine: Engine, plan: OutputPlan, prompt: list[int]) -> int:
+        """Leading prompt tokens before the first user message (conversations only)."""
+        return 0
 
     def echo_text(self, engine: Engine, prompt: list[int]) -> str | None:
         if not self.echo:

@@ -49,18 +49,21 @@ class Features:
     min_p: bool
     guided: bool = True  # output constraints (structured outputs, forced tool calls) enforced by a grammar
     top_logprobs_note: str = ""  # why top_logprobs is refused, when it depends on how the engine was built
+    retention: bool = False  # keeps a request's system prompt longer in its KV cache (system_prefix_tokens)
 
 
 _FEATURES = {
     "hf": Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True),
-    "trtllm": Features(penalties=True, logprobs=True, top_logprobs=False, logit_bias=True, min_p=True),
+    "trtllm": Features(penalties=True, logprobs=True, top_logprobs=False, logit_bias=True, min_p=True,
+                       retention=True),
     # Synthetic text: log probabilities are synthetic but deterministic (orchestrator/backends/sim/sequence.py); logit_bias
     # and penalties have no meaning for it and are refused. top_p, top_k and min_p are accepted and change
     # nothing: the simulator's text does not come from a distribution.
-    "sim": Features(penalties=False, logprobs=True, top_logprobs=True, logit_bias=False, min_p=True, guided=False),
+    "sim": Features(penalties=False, logprobs=True, top_logprobs=True, logit_bias=False, min_p=True, guided=False,
+                    retention=True),
     "llamacpp": Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True),
 }
-_TRTLLM_WITH_LOGITS = Features(penalties=True, logprobs=True, top_logprobs=True, logit_bias=True, min_p=True)
+_TRTLLM_WITH_LOGITS = replace(_FEATURES["trtllm"], top_logprobs=True)
 _NO_GENERATION_LOGITS = (
     "they are computed from each step's logits, which this model's TensorRT-LLM executor does not gather; "
     "turn on the model's generation_logits setting (--model-settings; it costs pinned host memory per "

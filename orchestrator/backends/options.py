@@ -4,7 +4,9 @@ The server's settings name these knobs once, as users type them (`--worker.devic
 `--worker.capacity-policy`; orchestrator/config.py declares those keys with the types below). A model's load
 carries only its backend's section (`LoadSpec.options`), made from those settings by `options_for`: a backend's
 option `x` is the server's `worker.x`, and settings the backend has no option for are not part of its section.
-One option is per model instead: trtllm's `generation_logits`, from the model's settings (placement adds it).
+Some options are per model instead, from the model's settings (placement adds them): trtllm's `generation_logits`,
+and for trtllm, sim and llamacpp the host KV tier (`prompt_cache_bytes`, resolved to bytes by `prompt_cache_budget`)
+and `retain_system_prompt`.
 The worker hands the section to the backend (`BackendSettings.options`), which reads its own fields and no
 other backend's.
 
@@ -25,8 +27,15 @@ Device = Annotated[Literal["auto", "cpu", "cuda"], Field(description="auto picks
 Threads = Annotated[int | None, Field(ge=1, description="CPU threads (None: the backend's default)")]
 PromptCacheBytes = Annotated[
     int | None,
-    Field(ge=0, description="host RAM for saved prompt states (None: half the KV cache budget; 0: none)"),
+    Field(ge=0, description="host RAM that keeps reusable KV (prompt prefixes) after it leaves the device's cache: "
+          "llamacpp's RAM prompt cache, TensorRT-LLM's host KV tier (None: llamacpp half the KV cache budget, "
+          "trtllm and sim none; 0: none)"),
 ]
+# llama.cpp's RAM prompt cache, when the setting is not given: this share of the model's KV budget again.
+LLAMACPP_PROMPT_CACHE_SHARE = 0.5
+# Retention priority of the system prompt's blocks with `retain_system_prompt` (TensorRT-LLM: 0 to 100, default 35;
+# blocks below 30 are never offloaded to the host tier). High, not the maximum, so a request may still outrank it.
+SYSTEM_PROMPT_PRIORITY = 90
 CapacityPolicy = Annotated[
     Literal["guaranteed_no_evict", "max_utilization"],
     Field(description="TensorRT-LLM's capacity scheduler: admit only what can finish, or fill the KV cache and pause"),
@@ -57,6 +66,10 @@ class TrtllmOptions(BackendOptions):
     capacity_policy: CapacityPolicy = "guaranteed_no_evict"
     # ExecutorConfig.gather_generation_logits, from the model's own setting (ModelSettings.generation_logits)
     generation_logits: bool = False
+    # KvCacheConfig.host_cache_size: pinned host RAM for offloaded reusable KV blocks (None or 0: no host tier)
+    prompt_cache_bytes: PromptCacheBytes = None
+    # Each request's system prompt and tools at SYSTEM_PROMPT_PRIORITY (KvCacheRetentionConfig): the model's setting
+    retain_system_prompt: bool = False
 
 
 class SimOptions(BackendOptions):
@@ -64,11 +77,25 @@ class SimOptions(BackendOptions):
 
     backend: ClassVar[str] = "sim"
     capacity_policy: CapacityPolicy = "guaranteed_no_evict"
+    prompt_cache_bytes: PromptCacheBytes = None  # the simulated host KV tier, as trtllm's
+    retain_system_prompt: bool = False
 
 
 OPTIONS: dict[str, type[BackendOptions]] = {
     model.backend: model for model in (HfOptions, LlamaCppOptions, TrtllmOptions, SimOptions)
 }
+
+
+def prompt_cache_budget(backend: str, given: int | None, kv_cache_bytes: int) -> int:
+    """The host RAM a model's prompt cache takes, in bytes: the setting when given, else llamacpp's default (a share
+    of its KV budget; that cache grows as requests finish) and none for trtllm and sim (their host tier is pinned
+    memory allocated whole at load, which takes seconds: it is asked for, never assumed). 0 for backends without
+    one (hf)."""
+    if "prompt_cache_bytes" not in OPTIONS[backend].model_fields:
+        return 0
+    if given is not None:
+        return given
+    return int(kv_cache_bytes * LLAMACPP_PROMPT_CACHE_SHARE) if backend == "llamacpp" else 0
 
 
 def options_model(backend: str) -> type[BackendOptions]:

@@ -2,6 +2,7 @@
 
     inferno bench --engines-dir engines --concurrency 1,4,16
     inferno bench --url http://127.0.0.1:8000 --rate 5,10 --duration 60 --slo ttft=0.5,itl=0.05
+    inferno bench agent-turns --engines-dir engines --model llama3.1-8b-instruct-sim   (bench/agent_turns.py)
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ def _print_summary(report: dict, path: Path) -> None:
 
 
 def bench_command(argv: list[str]) -> int:
+    if argv[:1] == ["agent-turns"]:
+        from orchestrator.bench.agent_turns import agent_turns_command
+
+        return agent_turns_command(argv[1:])
     try:
         options = parse_options(argv)
     except BenchError as exc:

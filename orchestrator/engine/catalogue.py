@@ -20,6 +20,9 @@ class Engine:
     folder: Path
     manifest: EngineManifest
     prompts: PromptEncoder
+    # The model's retain_system_prompt setting, as served (scheduler/entries.py): the HTTP side counts each
+    # conversation's system prefix only for models that keep it.
+    retain_system_prompt: bool = False
 
 
 @dataclass(frozen=True)

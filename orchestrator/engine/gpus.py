@@ -21,6 +21,12 @@ class SimGpu:
     bandwidth_bytes_s: float  # HBM bandwidth
     compute: float  # dense tensor throughput relative to the H100 SXM
     calibrated: bool  # the step-time parameters were fitted on this GPU
+    # Pinned host RAM to GPU copies (a host KV tier's onboarding). Both GPUs sit on PCIe Gen5 x16: 64 GB/s a
+    # direction raw (32 GT/s x 16 lanes, 128b/130b), about 55 GB/s measured for pinned copies by NVIDIA's
+    # nvbandwidth (host_to_device_memcpy_ce, 55.6 GB/s in its published example run). sim-calibration.md has no
+    # host-link figure; this one is [R] for the link and [I] for applying it to TensorRT-LLM's block copies,
+    # which move whole blocks (2 MiB for Llama-3.1-8B FP8) and so run near the copy engine's rate.
+    host_link_bytes_s: float = 55e9
 
 
 GPUS: dict[str, SimGpu] = {

@@ -97,6 +97,9 @@ class EngineRequest:
     guide: Guide | None = None  # the output must follow this grammar (checked before admission)
     tool_calls: str = ""  # parse tool calls from the text: "" no, "auto" (text or calls), "forced" (calls only)
     reasoning: bool = False  # split the model's thinking from its answer
+    # Leading prompt tokens before the first user message (system prompt, tool definitions): what every turn of a
+    # conversation repeats, kept longest in the KV cache where the model's retain_system_prompt setting says so
+    system_prefix_tokens: int = 0
 
     def to_wire(self) -> dict:
         """Plain JSON values, field by field (dataclasses.asdict deep-copies: a few times slower, per request)."""
@@ -125,6 +128,7 @@ class EngineRequest:
             guide=Guide.from_wire(data["guide"]) if data.get("guide") else None,
             tool_calls=data.get("tool_calls", ""),
             reasoning=data.get("reasoning", False),
+            system_prefix_tokens=data.get("system_prefix_tokens", 0),
         )
 
 
@@ -151,6 +155,8 @@ def check_request(request: EngineRequest, vocab_size: int) -> None:
         ("repetition_penalty", s.repetition_penalty,
          1 / limits.repetition_penalty <= s.repetition_penalty <= limits.repetition_penalty),
         ("top_logprobs", request.top_logprobs, 0 <= request.top_logprobs <= limits.top_logprobs),
+        ("system_prefix_tokens", request.system_prefix_tokens,
+         0 <= request.system_prefix_tokens <= len(request.prompt_ids)),
         ("logit_bias", len(s.logit_bias), len(s.logit_bias) <= limits.logit_bias_entries),
         ("stop", len(request.stop), len(request.stop) <= limits.stop_strings),
         ("stop_token_ids", len(request.stop_token_ids), len(request.stop_token_ids) <= limits.stop_token_ids),

@@ -4,6 +4,12 @@ A model's footprint is estimated from its manifest (weights + KV cache budget + 
 has been loaded once; then it is measured (the worker's GPU memory through NVML, or its resident memory on
 the CPU) and the measurement replaces the estimate, for this load and the next ones. A worker on a simulated
 GPU (orchestrator/scheduler/sim_device.py) reports what it holds there instead, and that report is taken as is.
+
+Pinned host RAM is a second resource: a model's host KV tier (its `prompt_cache_bytes` setting) holds that many
+bytes of the host's memory for as long as it is loaded, and loads are refused beyond the host's capacity less its
+reserve as they are beyond the device's. It is the setting's value, never measured (a pinned pool is allocated
+whole at load; llama.cpp's RAM cache grows to its budget). Where the device is the host itself (models served on
+the CPU), the host tier is part of the device's memory and counted there.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Protocol, runtime_checkable
 
 import psutil
 
+from orchestrator.scheduler.policy import Memory
 from orchestrator.visible_gpus import visible_handles
 
 log = logging.getLogger(__name__)
@@ -105,16 +112,25 @@ def detect_probe(device: str, index: int = 0) -> DeviceProbe:
 
 @dataclass
 class _Entry:
-    footprint: int
+    footprint: int  # on the device
     measured: bool
+    host: int = 0  # pinned host RAM (the model's host KV tier)
 
 
 class MemoryLedger:
-    def __init__(self, probe: DeviceProbe, capacity_bytes: int | None, reserve_bytes: int | None):
+    def __init__(
+        self, probe: DeviceProbe, capacity_bytes: int | None, reserve_bytes: int | None,
+        host_capacity_bytes: int | None = None, host_reserve_bytes: int | None = None,
+    ):
         self.probe = probe
         reading = probe.read()
         self.capacity = capacity_bytes or reading.total_bytes
         self.reserve = reserve_bytes if reserve_bytes is not None else self.capacity // 10
+        # The host's RAM for host KV tiers; where the device is the host, they are counted on the device instead.
+        self.host_on_device = isinstance(probe, HostProbe)
+        self._host = HostProbe()
+        self.host_capacity = host_capacity_bytes or self._host.read().total_bytes
+        self.host_reserve = host_reserve_bytes if host_reserve_bytes is not None else self.host_capacity // 4
         self._entries: dict[str, _Entry] = {}
         self._measured: dict[str, int] = {}  # the last measurement of each model, for its next load
 
@@ -123,23 +139,53 @@ class MemoryLedger:
         return max(0, self.capacity - self.reserve)
 
     @property
+    def host_usable(self) -> int:
+        return 0 if self.host_on_device else max(0, self.host_capacity - self.host_reserve)
+
+    @property
     def used(self) -> int:
-        return sum(e.footprint for e in self._entries.values())
+        return sum(e.footprint + (e.host if self.host_on_device else 0) for e in self._entries.values())
+
+    @property
+    def host_used(self) -> int:
+        return 0 if self.host_on_device else sum(e.host for e in self._entries.values())
 
     def footprint(self, model: str) -> int:
         entry = self._entries.get(model)
-        return entry.footprint if entry else 0
+        return entry.footprint + (entry.host if self.host_on_device else 0) if entry else 0
+
+    def held(self, model: str) -> Memory:
+        """What the model holds, as placement weighs it: on the device, and in pinned host RAM."""
+        entry = self._entries.get(model)
+        return Memory(self.footprint(model), 0 if entry is None or self.host_on_device else entry.host)
 
     def free(self) -> int:
         """Room for another model: the ledger's own view, never more than the device really has free."""
         device_free = self.probe.read().free_bytes
         return max(0, min(self.usable - self.used, device_free))
 
+    def host_free(self) -> int:
+        """Pinned host RAM left for host KV tiers: the ledger's view, never more than the host has available."""
+        if self.host_on_device:
+            return 0
+        return max(0, min(self.host_usable - self.host_used, self._host.read().free_bytes))
+
+    def room(self) -> Memory:
+        return Memory(self.free(), self.host_free())
+
+    def usable_memory(self) -> Memory:
+        return Memory(self.usable, self.host_usable)
+
+    def need(self, device_bytes: int, host_bytes: int) -> Memory:
+        """What a load needs, as placement weighs it (the host tier on the device where the device is the host)."""
+        return Memory(device_bytes + host_bytes, 0) if self.host_on_device else Memory(device_bytes, host_bytes)
+
     def estimate(self, model: str, weights_bytes: int, kv_bytes: int, overhead_bytes: int) -> int:
         return self._measured.get(model, weights_bytes + kv_bytes + overhead_bytes)
 
-    def reserve_for(self, model: str, estimate: int) -> None:
-        self._entries[model] = _Entry(estimate, measured=False)
+    def reserve_for(self, model: str, estimate: int, host_bytes: int = 0) -> None:
+        """Hold `estimate` bytes of the device and `host_bytes` of pinned host RAM for a model about to load."""
+        self._entries[model] = _Entry(estimate, measured=False, host=host_bytes)
 
     def commit(self, model: str, pid: int, fallback: int | None = None, device_bytes: int | None = None) -> int:
         """After a load: measure the worker and make that the model's footprint. `device_bytes`, what the worker

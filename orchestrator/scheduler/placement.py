@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from orchestrator.backends.options import options_for
+from orchestrator.backends.options import options_for, prompt_cache_budget
 from orchestrator.config import ServerConfig
 from orchestrator.errors import InfernoError, ModelUnavailable
 from orchestrator.ipc.messages import LoadSpec
@@ -22,7 +22,7 @@ from orchestrator.scheduler.admission import RETRY_AFTER_BUSY_S
 from orchestrator.scheduler.entries import ModelEntry, ModelState
 from orchestrator.scheduler.ledger import MemoryLedger
 from orchestrator.scheduler.observe import SchedulerEvents
-from orchestrator.scheduler.policy import Placement, Resident
+from orchestrator.scheduler.policy import Memory, Placement, Resident
 from orchestrator.scheduler.recovery import Recovery
 from orchestrator.supervisor.handle import WorkerHandle, WorkerSource
 
@@ -64,7 +64,7 @@ class ModelPlacement:
         if not fit_others:
             return
         for entry in [s for s in self._entries.values() if not s.pinned]:
-            if self.estimate(entry) <= self._ledger.free():
+            if self._ledger.room().covers(self.need(entry)):
                 with contextlib.suppress(InfernoError):
                     await self.ensure_loaded(entry)
 
@@ -85,6 +85,15 @@ class ModelPlacement:
 
     def _kv_bytes(self, entry: ModelEntry) -> int:
         return entry.settings.kv_cache_bytes or entry.engine.manifest.kv_cache.default_budget_bytes
+
+    def host_bytes(self, entry: ModelEntry) -> int:
+        """The host RAM the model's prompt cache takes (its host KV tier), 0 for backends without one."""
+        backend = entry.engine.manifest.backend
+        return prompt_cache_budget(backend, entry.settings.prompt_cache_bytes, self._kv_bytes(entry))
+
+    def need(self, entry: ModelEntry) -> Memory:
+        """What loading the model takes: its device estimate, and its host tier in pinned host RAM."""
+        return self._ledger.need(self.estimate(entry), self.host_bytes(entry))
 
     # -- loading ------------------------------------------------------------------------------------------
     async def ensure_loaded(self, entry: ModelEntry, within_s: float | None = None) -> WorkerHandle:
@@ -111,7 +120,7 @@ class ModelPlacement:
             await entry.unload_task  # an eviction of this model is finishing: load it afresh after
         self.recovery.check_backoff(entry)
         entry.cancel_retry_timer()  # this is the retry
-        await self._make_room(entry, self.estimate(entry))
+        await self._make_room(entry, self.estimate(entry), self.host_bytes(entry))
         entry.state = ModelState.LOADING
         started = self._clock()
         worker = await self._workers.take(entry.name, self.recovery.worker_exited)
@@ -137,26 +146,32 @@ class ModelPlacement:
 
     def _load_spec(self, entry: ModelEntry) -> LoadSpec:
         """The engine folder, its budget, and its backend's option section from the server's worker settings
-        and the model's own (generation_logits)."""
+        and the model's own (generation_logits, its host KV tier, retain_system_prompt)."""
         manifest = entry.engine.manifest
-        own = {"generation_logits": manifest.generation_logits}  # the model's setting over the manifest's
+        own = {
+            "generation_logits": manifest.generation_logits,  # the model's setting over the manifest's
+            "prompt_cache_bytes": self.host_bytes(entry),  # what the ledger holds for it, resolved once
+            "retain_system_prompt": entry.settings.retain_system_prompt,
+        }
         options = options_for(manifest.backend, {**self._config.worker.model_dump(), **own})
         return LoadSpec(str(entry.engine.folder.resolve()), self._kv_bytes(entry), options)
 
-    async def _make_room(self, entry: ModelEntry, need: int) -> None:
-        """Reserve `need` bytes for the entry, evicting idle models or waiting for busy ones to go idle
-        (within the queue timeout); raises ModelUnavailable when it cannot."""
+    async def _make_room(self, entry: ModelEntry, estimate: int, host: int) -> None:
+        """Reserve `estimate` bytes of the device and `host` of pinned host RAM for the entry, evicting idle models
+        or waiting for busy ones to go idle (within the queue timeout); raises ModelUnavailable when it cannot."""
+        need = self._ledger.need(estimate, host)
         deadline = self._clock() + self._config.scheduling.queue_timeout_s
         while True:
             async with self._planning:  # held until the room made is reserved: no other load takes it
-                plan = policy.plan_load(need, self._ledger.free(), self._ledger.usable, self._residents())
+                plan = policy.plan_load(need, self._ledger.room(), self._ledger.usable_memory(), self._residents())
                 while plan.placement is Placement.EVICT:
                     log.info("evicting %s to load %s", ", ".join(plan.evict), entry.name)
                     # Each victim stops taking requests now, in this turn of the loop, as the plan saw it idle.
                     await asyncio.gather(*(self.start_unload(self._entries[n], "evicted") for n in plan.evict))
-                    plan = policy.plan_load(need, self._ledger.free(), self._ledger.usable, self._residents())
+                    plan = policy.plan_load(need, self._ledger.room(), self._ledger.usable_memory(),
+                                            self._residents())
                 if plan.placement is Placement.LOAD:
-                    self._ledger.reserve_for(entry.name, need)
+                    self._ledger.reserve_for(entry.name, estimate, host)
                     entry.state = ModelState.LOADING
                     return
                 capacity = self._capacity
@@ -175,7 +190,7 @@ class ModelPlacement:
 
     def _residents(self) -> list[Resident]:
         return [
-            Resident(s.name, self._ledger.footprint(s.name), s.pinned, s.idle, s.last_used)
+            Resident(s.name, self._ledger.held(s.name), s.pinned, s.idle, s.last_used)
             for s in self._entries.values()
             if s.state in (ModelState.READY, ModelState.LOADING)
         ]

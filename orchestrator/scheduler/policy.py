@@ -66,11 +66,26 @@ def pick_next(models: list[ModelLoad], total_running: int, max_running_total: in
 
 
 @dataclass(frozen=True)
+class Memory:
+    """Bytes a model holds or needs: on the device, and in pinned host RAM (its host KV tier). Where the device
+    is the host itself, the ledger counts both on the device and `host` is 0."""
+
+    device: int
+    host: int = 0
+
+    def __add__(self, other: Memory) -> Memory:
+        return Memory(self.device + other.device, self.host + other.host)
+
+    def covers(self, need: Memory) -> bool:
+        return self.device >= need.device and self.host >= need.host
+
+
+@dataclass(frozen=True)
 class Resident:
-    """A model holding memory on the device (loaded or loading)."""
+    """A model holding memory (loaded or loading)."""
 
     name: str
-    footprint: int
+    footprint: Memory
     pinned: bool
     idle: bool  # no request running or queued, not loading
     last_used: float  # when it last finished a request (monotonic seconds)
@@ -81,7 +96,7 @@ class Placement(Enum):
     EVICT = "evict"  # it fits once these idle models are unloaded
     WAIT = "wait"  # it will fit when busy models become idle
     BLOCKED = "blocked"  # pinned models hold the memory: waiting will not help
-    IMPOSSIBLE = "impossible"  # larger than the whole device
+    IMPOSSIBLE = "impossible"  # larger than the whole device (or than the host RAM offered for host KV tiers)
 
 
 @dataclass(frozen=True)
@@ -95,28 +110,40 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def plan_load(need: int, free: int, usable: int, residents: list[Resident]) -> LoadPlan:
-    """How to make room for a model needing `need` bytes, given `free` bytes free now out of the `usable`
-    bytes (capacity minus reserve): evict idle unpinned models, least recently used first."""
-    if need > usable:
-        return LoadPlan(Placement.IMPOSSIBLE, reason=f"it needs {_gib(need)} and the device offers {_gib(usable)}")
-    if need <= free:
+def _short(need: Memory, room: Memory, device: str, host: str) -> str:
+    """What `room` lacks for `need`, in words: the device's memory, the host's pinned RAM, or both."""
+    parts = []
+    if need.device > room.device:
+        parts.append(f"{_gib(need.device)} and {device} {_gib(room.device)}")
+    if need.host > room.host:
+        parts.append(f"{_gib(need.host)} of pinned host RAM and {host} {_gib(room.host)}")
+    return "; ".join(parts)
+
+
+def plan_load(need: Memory, free: Memory, usable: Memory, residents: list[Resident]) -> LoadPlan:
+    """How to make room for a model needing `need`, given `free` now out of the `usable` memory (capacity minus
+    reserve, on the device and in pinned host RAM): evict idle unpinned models, least recently used first, until
+    both fit. Host RAM is refused as device memory is: never over-committed."""
+    if not usable.covers(need):
+        short = _short(need, usable, "the device offers", "the host offers")
+        return LoadPlan(Placement.IMPOSSIBLE, reason=f"it needs {short}")
+    if free.covers(need):
         return LoadPlan(Placement.LOAD)
     chosen: list[str] = []
     room = free
     for resident in sorted((r for r in residents if r.idle and not r.pinned), key=lambda r: r.last_used):
         chosen.append(resident.name)
         room += resident.footprint
-        if room >= need:
+        if room.covers(need):
             return LoadPlan(Placement.EVICT, tuple(chosen))
-    unpinned = sum(r.footprint for r in residents if not r.pinned)
-    if free + unpinned >= need:
+    unpinned = sum((r.footprint for r in residents if not r.pinned), Memory(0))
+    if (free + unpinned).covers(need):
         busy = sorted(r.name for r in residents if not r.pinned and not r.idle)
         return LoadPlan(Placement.WAIT, reason=f"busy models hold the memory it needs: {', '.join(busy)}")
-    pinned = sorted(r.name for r in residents if r.pinned)
+    names = ", ".join(sorted(r.name for r in residents if r.pinned))
     return LoadPlan(
         Placement.BLOCKED,
-        reason=f"it needs {_gib(need)}; pinned models ({', '.join(pinned)}) leave {_gib(free + unpinned)}",
+        reason=f"it needs {_short(need, free + unpinned, f'pinned models ({names}) leave', 'they leave')}",
     )
 
 

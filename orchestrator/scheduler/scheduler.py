@@ -69,6 +69,11 @@ class LedgerState:
     reserve_bytes: int
     used_bytes: int
     free_bytes: int
+    # Pinned host RAM for host KV tiers (0 where the device is the host: the tiers are counted on the device)
+    host_capacity_bytes: int
+    host_reserve_bytes: int
+    host_used_bytes: int
+    host_free_bytes: int
 
 
 class Scheduler:
@@ -97,6 +102,8 @@ class Scheduler:
             probe or simulated_device(catalogue.engines) or detect_probe(config.worker.device, memory.gpu_index),
             memory.capacity_bytes,
             memory.reserve_bytes,
+            memory.host_capacity_bytes,
+            memory.host_reserve_bytes,
         )
         self._workers = workers
         self._placement = ModelPlacement(self._entries, config, self._ledger, workers, events or NoEvents(), clock)
@@ -183,7 +190,9 @@ class Scheduler:
     def memory(self) -> LedgerState:
         """The memory ledger's device and numbers now, for the admin API."""
         ledger = self._ledger
-        return LedgerState(ledger.probe.name, ledger.capacity, ledger.reserve, ledger.used, ledger.free())
+        host = (0, 0) if ledger.host_on_device else (ledger.host_capacity, ledger.host_reserve)
+        return LedgerState(ledger.probe.name, ledger.capacity, ledger.reserve, ledger.used, ledger.free(), *host,
+                           ledger.host_used, ledger.host_free())
 
     @property
     def spare_worker(self) -> str:

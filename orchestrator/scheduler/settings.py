@@ -12,6 +12,8 @@
     kv_cache_bytes = 8_589_934_592
     max_tokens = 4096          # most tokens a choice may generate; the default for requests that give none
     generation_logits = true   # trtllm: gather each step's logits, for top_logprobs (pinned host RAM per request)
+    prompt_cache_bytes = 17_179_869_184  # host RAM keeping reusable KV off the device (trtllm: pinned host tier)
+    retain_system_prompt = true  # trtllm, sim: the system prompt and tools' KV blocks are evicted last
 """
 
 from __future__ import annotations
@@ -62,6 +64,17 @@ class ModelSettings(BaseModel):
         "host buffer of max_new_tokens x vocab logits per running request (default: the engine manifest's)",
     )
 
+    prompt_cache_bytes: int | None = Field(
+        None, ge=0, description="host RAM that keeps the model's reusable KV (prompt prefixes) once it leaves the "
+        "device's cache: TensorRT-LLM's host KV tier (pinned, allocated at load), llama.cpp's RAM prompt cache; "
+        "counted in the memory ledger (default: worker.prompt_cache_bytes; unset, trtllm and sim keep none and "
+        "llamacpp half the KV cache budget)",
+    )
+    retain_system_prompt: bool = Field(
+        False, description="trtllm, sim: keep the KV blocks of each request's system prompt and tool definitions "
+        "(the prompt before the first user message) at high retention priority, so they are evicted last",
+    )
+
     @property
     def priority_class(self) -> Priority:
         return Priority.parse(self.priority)
@@ -77,6 +90,7 @@ def load_model_settings(config: ServerConfig, names: list[str]) -> dict[str, Mod
         "keep_alive_s": config.scheduling.keep_alive_s,
         "max_queue": config.scheduling.max_queue,
         "kv_cache_bytes": config.worker.kv_cache_bytes,
+        "prompt_cache_bytes": config.worker.prompt_cache_bytes,
         "max_tokens": config.scheduling.max_tokens,
     }
     models: dict = {}

@@ -34,10 +34,10 @@ KV_BYTES = 2**20
 _ids = itertools.count()
 
 
-def manifest(name: str, gib: float) -> EngineManifest:
+def manifest(name: str, gib: float, backend: str = "hf") -> EngineManifest:
     return EngineManifest(
         name=name,
-        backend="hf",
+        backend=backend,
         model=ModelFacts(recipe=name, architecture="LlamaForCausalLM", source="made up", parameters=1),
         dtype="float32",
         limits=Limits(max_batch_size=8, max_input_len=100, max_seq_len=200, max_num_tokens=200),
@@ -49,8 +49,9 @@ def manifest(name: str, gib: float) -> EngineManifest:
     )
 
 
-def catalogue(models: dict[str, float]) -> Catalogue:
-    engines = {name: Engine(name, Path("/made-up/engines") / name, manifest(name, gib), None) for name, gib in models.items()}
+def catalogue(models: dict[str, float], backend: str = "hf") -> Catalogue:
+    engines = {name: Engine(name, Path("/made-up/engines") / name, manifest(name, gib, backend), None)
+               for name, gib in models.items()}
     return Catalogue(engines, {})
 
 
@@ -70,7 +71,8 @@ class RecordedEvents:
         self.log.append(("crashed", model))
 
 
-def server_config(tmp_path: Path, device_gib: float, model_settings: str | None, **scheduling) -> ServerConfig:
+def server_config(tmp_path: Path, device_gib: float, model_settings: str | None, host_gib: float = 1024,
+                  **scheduling) -> ServerConfig:
     settings_file = None
     if model_settings is not None:
         settings_file = tmp_path / "models.toml"
@@ -79,7 +81,8 @@ def server_config(tmp_path: Path, device_gib: float, model_settings: str | None,
         model_settings=settings_file,
         worker=WorkerConfig(spare=False),
         scheduling=SchedulingConfig(**{"queue_timeout_s": 10.0, "preload": "pinned", **scheduling}),
-        memory=MemoryConfig(capacity_bytes=int(device_gib * GIB), reserve_bytes=0, overhead_bytes=0),
+        memory=MemoryConfig(capacity_bytes=int(device_gib * GIB), reserve_bytes=0, overhead_bytes=0,
+                            host_capacity_bytes=int(host_gib * GIB), host_reserve_bytes=0),
     )
 
 
@@ -97,13 +100,16 @@ def make_scheduler(
     models: dict[str, float],
     device_gib: float,
     model_settings: str | None = None,
+    backend: str = "hf",
+    host_gib: float = 1024,
     **scheduling,
 ) -> tuple[Scheduler, FakeWorkers, RecordedEvents]:
-    """Call inside the running (virtual time) loop. `model_settings`: the TOML of --model-settings."""
-    config = server_config(tmp_path, device_gib, model_settings, **scheduling)
+    """Call inside the running (virtual time) loop. `model_settings`: the TOML of --model-settings; `host_gib`: the
+    host RAM for host KV tiers (its reading is the machine's own: the ledger takes the smaller)."""
+    config = server_config(tmp_path, device_gib, model_settings, host_gib, **scheduling)
     workers, events = FakeWorkers(), RecordedEvents()
     scheduler = Scheduler(
-        config, catalogue(models), workers, events=events, probe=FakeDevice(int(device_gib * GIB)),
+        config, catalogue(models, backend), workers, events=events, probe=FakeDevice(int(device_gib * GIB)),
         clock=asyncio.get_running_loop().time,
     )
     return scheduler, workers, events

@@ -106,6 +106,28 @@ def test_a_model_larger_than_the_device_is_refused_outright(tmp_path):
     assert run_virtual(go()) == (None, [])
 
 
+def test_host_kv_tiers_that_would_over_commit_host_ram_evict_an_idle_model_or_are_refused(tmp_path):
+    """Pinned host RAM is placed as device memory is: the device has room for both models, the host's 2 GiB
+    only for one model's 1.5 GiB tier at a time."""
+    tiers = "[defaults]\nprompt_cache_bytes = 1_610_612_736\n[models.huge]\nprompt_cache_bytes = 3_221_225_472\n"
+
+    async def go():
+        scheduler, workers, events = make_scheduler(tmp_path, {"alpha": 1, "beta": 1, "huge": 1}, 8, tiers,
+                                                    backend="trtllm", host_gib=2)
+        await served(scheduler, workers, "alpha")
+        memory = scheduler.memory()
+        assert (memory.host_capacity_bytes, memory.host_used_bytes) == (2 * 2**30, 1_610_612_736)
+        await served(scheduler, workers, "beta")
+        options = [w.spec.options for w in workers.started]
+        with pytest.raises(ModelUnavailable, match=r"3\.00 GiB of pinned host RAM and the host offers 2\.00 GiB"):
+            await serve(scheduler, inference_request("huge"))
+        return events.log, options
+
+    log, options = run_virtual(go())
+    assert log == [("loaded", "alpha"), ("unloaded", "alpha", "evicted"), ("loaded", "beta")]
+    assert [o.prompt_cache_bytes for o in options] == [1_610_612_736] * 2  # the tier the ledger holds is the one asked
+
+
 def test_an_idle_model_is_unloaded_after_its_keep_alive(tmp_path):
     async def go():
         scheduler, workers, events = make_scheduler(tmp_path, {"alpha": 1}, 2, "[models.alpha]\nkeep_alive_s = 30\n")
@@ -141,3 +163,13 @@ def test_a_request_for_a_model_chosen_for_eviction_waits_for_it_to_load_again(tm
     assert log == [("loaded", "alpha"), ("unloaded", "alpha", "evicted"), ("loaded", "beta"),
                    ("unloaded", "beta", "evicted"), ("loaded", "alpha")]
     assert alpha_stopped == [True, False]
+
+
+def test_the_served_engine_says_which_models_keep_their_system_prompts(tmp_path):
+    """What the HTTP side reads (the model's view) carries the setting, so it counts system prefixes only there."""
+    async def go():
+        keep = "[models.alpha]\nretain_system_prompt = true\n"
+        scheduler, _, _ = make_scheduler(tmp_path, {"alpha": 1, "beta": 1}, 4, keep, backend="trtllm")
+        return [scheduler.model(name).engine.retain_system_prompt for name in ("alpha", "beta")]
+
+    assert run_virtual(go()) == [True, False]

@@ -27,13 +27,13 @@ SIM_FOLDER = "llama3.1-8b-instruct-sim"
 
 def make_engine(
     max_batch_size: int = 8, max_num_tokens: int = 64, tokens_per_block: int = 4, blocks: int = 64,
-    natural_length: int = 20, max_seq_len: int = 512,
+    natural_length: int = 20, max_seq_len: int = 512, **host_tier,
 ) -> SimEngine:
     limits = Limits(
         max_batch_size=max_batch_size, max_input_len=max_seq_len - 1, max_seq_len=max_seq_len,
         max_num_tokens=max_num_tokens,
     )
-    return SimEngine(CALIBRATED["fp8"], limits, tokens_per_block, blocks, CORPUS, natural_length)
+    return SimEngine(CALIBRATED["fp8"], limits, tokens_per_block, blocks, CORPUS, natural_length, **host_tier)
 
 
 def request(rid: str, prompt: int | tuple = 8, max_new: int = 10, seed: int = 0, greedy: bool = False,

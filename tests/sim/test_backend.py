@@ -179,3 +179,15 @@ def test_only_the_capacity_policy_it_simulates_is_accepted(fast_engine_dir):
     asked = BackendSettings(fast_engine_dir, manifest, 10**9, SimOptions(capacity_policy="max_utilization"))
     with pytest.raises(ModelUnavailable, match="guaranteed_no_evict capacity policy only"):
         create_backend(asked)
+
+
+def test_the_host_tier_is_prompt_cache_bytes_in_blocks_each_copied_back_over_pcie(sim_engine_dir):
+    manifest = load_manifest(sim_engine_dir)
+    plain = settings(sim_engine_dir)
+    tiered = BackendSettings(sim_engine_dir, manifest, plain.kv_cache_bytes, SimOptions(prompt_cache_bytes=2**30))
+    blocks, onboard_ms = create_backend(tiered).host_tier()
+    kv = manifest.kv_cache
+    block_bytes = kv.bytes_per_token * kv.tokens_per_block  # 2 MiB: Llama-3.1-8B in FP8, 32 tokens
+    assert blocks == 2**30 // block_bytes == 512
+    assert onboard_ms == pytest.approx(block_bytes / 55e9 * 1e3)  # about 38 µs at PCIe Gen5's 55 GB/s
+    assert create_backend(plain).host_tier()[0] == 0  # none unless asked for

@@ -54,3 +54,57 @@ def test_fresh_blocks_take_empty_ones_first_then_overwrite_the_oldest_cached():
     assert pool.lookup([101]) == [a] and pool.lookup([202]) == [b]
     assert pool.allocate() == a  # then the least recently freed cached block loses its content
     assert pool.lookup([101]) == [] and pool.lookup([202]) == [b]
+
+
+def test_an_overwritten_reusable_block_goes_to_the_host_tier_and_comes_back_by_onboarding():
+    pool = BlockPool(2, host_blocks=2)
+    pool.reserve(2)
+    a, b = pool.allocate(), pool.allocate()
+    pool.register(a, 101)
+    pool.register(b, 202)
+    pool.release([a])
+    pool.release([b])
+    pool.reserve(2)
+    pool.allocate()  # overwrites a: its content moves to host RAM
+    assert pool.locate([101, 202]) == [None, b] and pool.lookup([101]) == []
+    (back,) = pool.onboard([101])  # into b, the one free block, whose content goes to the host in turn
+    assert back == b and pool.locate([101, 202]) == [back, None] and pool.host_used == 1
+    assert (pool.offloaded, pool.onboarded) == (2, 1)
+
+
+def test_the_host_tier_keeps_its_newest_blocks_and_without_one_content_is_lost():
+    for host_blocks, kept in ((1, [None]), (0, [])):
+        pool = BlockPool(2, host_blocks=host_blocks)
+        pool.reserve(2)
+        a, b = pool.allocate(), pool.allocate()
+        pool.register(a, 101)
+        pool.register(b, 202)
+        pool.release([a])
+        pool.release([b])
+        pool.reserve(2)
+        pool.allocate(), pool.allocate()  # a then b overwritten: the host (of one block) keeps b's
+        assert pool.locate([202]) == kept and pool.locate([101]) == []
+
+
+def test_high_priority_blocks_are_overwritten_after_every_default_one():
+    pool = BlockPool(3)
+    pool.reserve(3)
+    blocks = [pool.allocate() for _ in range(3)]
+    for block, key in zip(blocks, (1, 2, 3), strict=True):
+        pool.register(block, key)
+    pool.release(blocks, kept=1)  # the first block holds a kept system prompt
+    pool.reserve(2)
+    pool.allocate(), pool.allocate()
+    assert pool.lookup([1]) == [blocks[0]]  # older than nothing else, yet kept: the default ones went first
+
+
+def test_a_sequence_frees_its_last_block_first():
+    """The end of a prompt is overwritten before its beginning: a prefix with a hole is worth only what precedes it."""
+    pool = BlockPool(2)
+    pool.reserve(2)
+    first, last = pool.allocate(), pool.allocate()
+    pool.register(first, 1)
+    pool.register(last, 2)
+    pool.release([first, last])
+    pool.reserve(1)
+    assert pool.allocate() == last and pool.lookup([1]) == [first]

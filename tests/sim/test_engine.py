@@ -201,3 +201,45 @@ def test_stats_follow_the_engine():
     assert stats.iteration_latency_ms == 1.5 and stats.tokens_per_block == 4
     run_to_end(engine)
     assert engine.stats().kv_blocks_used == 0 and engine.stats().iterations == 7
+
+
+def _turn_after_eviction(host_blocks: int) -> tuple[int, float]:
+    """A 40-token prompt, then another that overwrites its blocks, then the first again: (the third request's
+    cached tokens, the step time of the step that admits it)."""
+    engine = make_engine(blocks=16, host_blocks=host_blocks, onboard_ms_per_block=0.05)
+    conversation, other = tuple(range(1, 41)), tuple(range(500, 560))  # other takes all 16 blocks
+    for rid, prompt in (("first", conversation), ("other", other)):
+        engine.add(request(rid, prompt, max_new=4, greedy=True))
+        run_to_end(engine)
+    engine.add(request("again", conversation, max_new=4, greedy=True))
+    deltas, results = run_to_end(engine)
+    return deltas["again"][0].cached_tokens, results[0].step_ms
+
+
+def test_a_prompt_evicted_to_the_host_tier_is_reused_at_the_cost_of_a_copy():
+    lost_cached, lost_ms = _turn_after_eviction(host_blocks=0)
+    kept_cached, kept_ms = _turn_after_eviction(host_blocks=32)
+    assert lost_cached == 0 and kept_cached == 36  # every full block but the last prompt token's
+    onboard_ms = 9 * 0.05  # nine 4-token blocks copied back
+    recompute = CALIBRATED["fp8"].step_ms(0, 0, [(40, 0)]) - CALIBRATED["fp8"].step_ms(0, 0, [(4, 36)])
+    assert kept_ms == pytest.approx(lost_ms - recompute + onboard_ms)
+
+
+def _next_turn_cached(retain: bool) -> int:
+    """One conversation (a two-block system prompt, then its user's turn), a later one, then a long request that
+    overwrites three cached blocks, the least recently used first; then the first conversation's next turn."""
+    engine = make_engine(blocks=16, retain_system_prompt=retain)
+    system = tuple(range(1, 9))
+    engine.add(request("first", system + tuple(range(100, 108)), max_new=4, greedy=True, system_prefix_tokens=8))
+    run_to_end(engine)
+    for rid, prompt in (("later", tuple(range(300, 316))), ("long", tuple(range(500, 540)))):
+        engine.add(request(rid, prompt, max_new=4, greedy=True))
+        run_to_end(engine)
+    engine.add(request("next turn", system + tuple(range(200, 220)), max_new=4, greedy=True, system_prefix_tokens=8))
+    deltas, _ = run_to_end(engine)
+    return deltas["next turn"][0].cached_tokens
+
+
+def test_a_kept_system_prompt_survives_what_evicts_the_rest():
+    assert _next_turn_cached(retain=False) == 4  # the system prompt's second block was the oldest left
+    assert _next_turn_cached(retain=True) == 8  # kept: the later conversation's blocks went instead

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from tokenizers import Tokenizer
 
-from orchestrator.backends.options import parse_options
+from orchestrator.backends.options import SYSTEM_PROMPT_PRIORITY, parse_options
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.backends.trtllm.backend import TrtllmBackend, _Running
 from orchestrator.backends.trtllm.config import FREE_MEMORY_CAP, build_executor_config
@@ -66,6 +66,15 @@ def test_executor_config_sizes_the_kv_cache_by_the_assigned_bytes(trt, runtime, 
     assert kv.max_gpu_total_bytes == 0  # not read on the engine path: max_tokens carries the budget
     assert kv.free_gpu_memory_fraction == FREE_MEMORY_CAP  # set, never left to the implicit default
     assert kv.enable_block_reuse is True
+
+
+def test_the_host_kv_tier_is_the_models_prompt_cache_bytes(trt, runtime, engines):
+    tiered = build_executor_config(trt, settings_for(engines / "one-gpu", prompt_cache_bytes=8 * 2**30), runtime)
+    assert tiered.kv_cache_config.host_cache_size == 8 * 2**30
+    assert tiered.kv_cache_config.onboard_blocks is True  # offloaded blocks come back when reused
+    for off in ({}, {"prompt_cache_bytes": 0}):
+        config = build_executor_config(trt, settings_for(engines / "one-gpu", **off), runtime)
+        assert config.kv_cache_config.host_cache_size is None
 
 
 def test_executor_config_batches_in_flight_with_chunked_prefill_and_stats(trt, runtime, engines):
@@ -186,6 +195,36 @@ def test_every_request_asks_for_perf_metrics(builder):
 def test_top_logprobs_ask_for_generation_logits(builder):
     assert builder.build(EngineRequest("r", (5,), 9, logprobs=True, top_logprobs=3)).output_config.return_generation_logits
     assert not builder.build(EngineRequest("r", (5,), 9, logprobs=True)).output_config.return_generation_logits
+
+
+def test_the_system_prompt_is_kept_at_high_priority_where_the_model_says_so(trt, engines):
+    folder = engines / "one-gpu"
+    retaining = RequestBuilder(trt, load_manifest(folder), Tokenizer.from_file(str(folder / "tokenizer.json")), VOCAB,
+                               retain_system_prompt=True)
+    built = retaining.build(EngineRequest("r", tuple(range(5, 105)), 8, system_prefix_tokens=40))
+    config = built.kv_cache_retention_config
+    (kept,) = config.token_range_retention_configs
+    assert (kept.token_start, kept.token_end, kept.priority, kept.duration_ms) == (0, 40, SYSTEM_PROMPT_PRIORITY, None)
+    assert config.decode_retention_priority == 35  # the generated tokens keep the engine's default
+    assert retaining.build(EngineRequest("r", (5, 6, 7), 8)).kv_cache_retention_config is None  # nothing to keep
+
+
+def test_without_the_setting_no_request_carries_a_retention_config(builder):
+    built = builder.build(EngineRequest("r", tuple(range(5, 105)), 8, system_prefix_tokens=40))
+    assert built.kv_cache_retention_config is None
+
+
+def test_the_double_refuses_retention_configs_the_engine_refuses(trt):
+    """As the 1.2 constructors check: a priority outside 0..100, overlapping ranges, an open range before another."""
+    ranges = trt.KvCacheRetentionConfig.TokenRangeRetentionConfig
+    with pytest.raises(RuntimeError, match="priority"):
+        ranges(0, 10, 101)
+    with pytest.raises(ValueError, match="non-overlapping"):
+        trt.KvCacheRetentionConfig([ranges(0, 64, 90), ranges(60, 80, 50)])
+    with pytest.raises(ValueError, match="end indicator"):
+        trt.KvCacheRetentionConfig([ranges(0, None, 90), ranges(30, 50, 50)])
+    with pytest.raises(TypeError):
+        ranges(token_start=0, token_end=10)  # priority has no default in the binding
 
 
 def test_priority_keeps_the_order_inside_the_engines_range():

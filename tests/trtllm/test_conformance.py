@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.backends.options import TrtllmOptions
 from orchestrator.backends.protocol import BackendSettings, RequestStreams
 from orchestrator.engine.manifest import load_manifest
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
@@ -129,7 +130,8 @@ def _drive_the_adapter(bindings, default_engine: Path, tmp_path: Path) -> None:
     runtime = Runtime(bindings=bindings, version="1.2.1", package_dir=DOUBLES / "tensorrt_llm")
     folder = make_trtllm_engine(default_engine, tmp_path, "recorded", build={"max_input_len": 40})
     manifest = load_manifest(folder)
-    settings = BackendSettings(folder, manifest, manifest.kv_cache.default_budget_bytes)
+    options = TrtllmOptions(prompt_cache_bytes=2**30, retain_system_prompt=True)  # the host tier and retention too
+    settings = BackendSettings(folder, manifest, manifest.kv_cache.default_budget_bytes, options)
     two_gpus = make_trtllm_engine(default_engine, tmp_path, "two-gpus", tp=2)
     build_executor_config(bindings, BackendSettings(two_gpus, load_manifest(two_gpus), 2**28), runtime)
 
@@ -141,7 +143,7 @@ def _drive_the_adapter(bindings, default_engine: Path, tmp_path: Path) -> None:
                                  frequency_penalty=0.25)
         requests = [
             EngineRequest("stop", tuple(range(300, 330)), 64, stop=(" the",), logprobs=True, priority=3),
-            EngineRequest("sampled", tuple(range(300, 330)), 8, sampling=sampled),
+            EngineRequest("sampled", tuple(range(300, 330)), 8, sampling=sampled, system_prefix_tokens=12),
             EngineRequest("too-long", tuple(range(300, 350)), 8),
             EngineRequest("fields", tuple(range(300, 330)), 8, ignore_eos=True, min_tokens=2, stop_token_ids=(305,),
                           sampling=SamplingParams(0.7, 0.9, 0, seed=1, repetition_penalty=1.2, min_p=0.1,
@@ -167,6 +169,7 @@ def test_the_adapter_uses_only_names_in_the_reference(reference, double, default
     _drive_the_adapter(recorder.wrap(double), default_engine, tmp_path)
     assert {"ExecutorConfig", "KvCacheConfig", "await_responses", "get_latest_iteration_stats"} <= recorder.names
     assert {"return_perf_metrics", "request_perf_metrics", "kv_cache_metrics", "num_reused_blocks"} <= recorder.names
+    assert {"host_cache_size", "KvCacheRetentionConfig", "TokenRangeRetentionConfig"} <= recorder.names
     unknown = sorted(recorder.names - reference.names)
     assert not unknown, f"the adapter uses names the TensorRT-LLM 1.2 reference does not list: {unknown}"
 

@@ -6,9 +6,11 @@ import os
 import subprocess
 import sys
 
-from orchestrator.scheduler.ledger import HostProbe, MemoryLedger
+from orchestrator.scheduler.ledger import DeviceReading, HostProbe, MemoryLedger
+from orchestrator.scheduler.policy import Memory
 
 MiB = 2**20
+GiB = 2**30
 
 
 def test_capacity_reserve_and_free():
@@ -43,3 +45,38 @@ def test_memory_is_confirmed_returned_only_once_the_process_is_gone():
     child.stdin.close()
     child.wait()
     assert ledger.returned(child.pid)
+
+
+def test_host_tier_is_its_own_resource_beside_a_gpu():
+    """On a GPU, pinned host RAM is counted apart from the device: what each model's host tier holds, against the
+    host's capacity less its reserve."""
+    ledger = MemoryLedger(_Gpu(), 80 * GiB, 8 * GiB, host_capacity_bytes=64 * GiB, host_reserve_bytes=16 * GiB)
+    assert ledger.usable_memory() == Memory(72 * GiB, 48 * GiB)
+    ledger.reserve_for("a", 20 * GiB, host_bytes=16 * GiB)
+    assert ledger.held("a") == Memory(20 * GiB, 16 * GiB)
+    assert ledger.used == 20 * GiB and ledger.host_used == 16 * GiB
+    assert ledger.room().device == 52 * GiB
+    assert ledger.room().host == min(32 * GiB, HostProbe().read().free_bytes)
+    ledger.release("a")
+    assert ledger.host_used == 0
+
+
+def test_host_tier_counts_on_the_device_when_the_device_is_the_host():
+    """Models on the CPU: the prompt cache is host RAM like the rest of the model, so it is counted there, once."""
+    ledger = MemoryLedger(HostProbe(), capacity_bytes=1000 * MiB, reserve_bytes=0, host_capacity_bytes=1000 * MiB)
+    assert ledger.need(300 * MiB, 100 * MiB) == Memory(400 * MiB, 0)
+    ledger.reserve_for("a", 300 * MiB, host_bytes=100 * MiB)
+    assert ledger.used == 400 * MiB and ledger.held("a") == Memory(400 * MiB, 0)
+    assert ledger.host_usable == 0 and ledger.host_used == 0
+
+
+class _Gpu:
+    """A device that is not the host, with all its memory free."""
+
+    name = "cuda:0"
+
+    def read(self) -> DeviceReading:
+        return DeviceReading(80 * GiB, 0, 80 * GiB)
+
+    def process_bytes(self, pid: int) -> int | None:
+        return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.backends.options import prompt_cache_budget
 from orchestrator.config import load_config
 from orchestrator.errors import InvalidRequest
 from orchestrator.scheduler.settings import Priority, SettingsError, load_model_settings, request_priority
@@ -77,3 +78,14 @@ def test_max_tokens_comes_from_the_file_over_the_config(tmp_path):
     assert (settings["a"].max_tokens, settings["b"].max_tokens) == (64, 512)
     assert load_model_settings(load_config(["--scheduling.max-tokens", "1024"]), ["a"])["a"].max_tokens == 1024
     assert load_model_settings(load_config([]), ["a"])["a"].max_tokens is None
+
+
+def test_a_models_prompt_cache_bytes_wins_over_the_workers_and_resolves_per_backend(tmp_path):
+    path = settings_file(tmp_path, "[models.a]\nprompt_cache_bytes = 4096\nretain_system_prompt = true\n")
+    config = load_config(["--model-settings", str(path), "--worker.prompt-cache-bytes", "1024"])
+    settings = load_model_settings(config, ["a", "b"])
+    assert (settings["a"].prompt_cache_bytes, settings["a"].retain_system_prompt) == (4096, True)
+    assert (settings["b"].prompt_cache_bytes, settings["b"].retain_system_prompt) == (1024, False)
+    # Unset: llamacpp keeps half its KV budget in RAM; trtllm and sim pin nothing unless asked; hf has no such cache.
+    assert [prompt_cache_budget(b, None, 1000) for b in ("llamacpp", "trtllm", "sim", "hf")] == [500, 0, 0, 0]
+    assert [prompt_cache_budget(b, 64, 1000) for b in ("llamacpp", "trtllm", "sim", "hf")] == [64, 64, 64, 0]

@@ -6,6 +6,7 @@ import pytest
 
 from orchestrator.scheduler.policy import (
     Admission,
+    Memory,
     ModelLoad,
     Placement,
     Resident,
@@ -102,17 +103,21 @@ def test_a_busy_model_cannot_starve_another_over_many_grants():
 
 
 # -- placement ------------------------------------------------------------------------------------------------
-def resident(name, gib, idle=True, pinned=False, last_used=0.0):
-    return Resident(name, int(gib * GiB), pinned, idle, last_used)
+def resident(name, gib, idle=True, pinned=False, last_used=0.0, host_gib=0):
+    return Resident(name, Memory(int(gib * GiB), int(host_gib * GiB)), pinned, idle, last_used)
+
+
+def gib(device, host=0):
+    return Memory(int(device * GiB), int(host * GiB))
 
 
 def test_loads_when_it_fits():
-    assert plan_load(2 * GiB, 3 * GiB, 10 * GiB, []).placement is Placement.LOAD
+    assert plan_load(gib(2), gib(3), gib(10), []).placement is Placement.LOAD
 
 
 def test_evicts_idle_models_least_recently_used_first():
     residents = [resident("new", 3, last_used=30), resident("old", 3, last_used=10), resident("mid", 3, last_used=20)]
-    plan = plan_load(5 * GiB, 1 * GiB, 10 * GiB, residents)
+    plan = plan_load(gib(5), gib(1), gib(10), residents)
     assert plan.placement is Placement.EVICT
     assert plan.evict == ("old", "mid")
 
@@ -120,26 +125,54 @@ def test_evicts_idle_models_least_recently_used_first():
 def test_never_evicts_pinned_or_busy_models():
     residents = [resident("pinned", 4, pinned=True, last_used=1), resident("busy", 4, idle=False, last_used=2),
                  resident("idle", 2, last_used=3)]
-    plan = plan_load(3 * GiB, 1.5 * GiB, 10 * GiB, residents)
+    plan = plan_load(gib(3), gib(1.5), gib(10), residents)
     assert plan.placement is Placement.EVICT and plan.evict == ("idle",)
 
 
 def test_waits_when_only_busy_models_hold_the_memory():
-    plan = plan_load(3 * GiB, 1 * GiB, 10 * GiB, [resident("busy", 4, idle=False)])
+    plan = plan_load(gib(3), gib(1), gib(10), [resident("busy", 4, idle=False)])
     assert plan.placement is Placement.WAIT
     assert "busy" in plan.reason
 
 
 def test_blocked_when_pinned_models_hold_the_memory():
-    plan = plan_load(3 * GiB, 1 * GiB, 10 * GiB, [resident("keep", 8, pinned=True)])
+    plan = plan_load(gib(3), gib(1), gib(10), [resident("keep", 8, pinned=True)])
     assert plan.placement is Placement.BLOCKED
     assert "keep" in plan.reason
 
 
 def test_impossible_when_larger_than_the_device():
-    plan = plan_load(11 * GiB, 10 * GiB, 10 * GiB, [])
+    plan = plan_load(gib(11), gib(10), gib(10), [])
     assert plan.placement is Placement.IMPOSSIBLE
     assert "11.00 GiB" in plan.reason and "10.00 GiB" in plan.reason
+
+
+def test_host_ram_is_refused_as_device_memory_is():
+    plan = plan_load(gib(2, host=9), gib(8, host=20), gib(10, host=8), [])
+    assert plan.placement is Placement.IMPOSSIBLE
+    assert "9.00 GiB of pinned host RAM and the host offers 8.00 GiB" in plan.reason
+    assert "on the device" not in plan.reason and "the device offers" not in plan.reason
+
+
+def test_loads_only_when_device_and_host_both_fit():
+    assert plan_load(gib(2, host=4), gib(3, host=4), gib(10, host=16), []).placement is Placement.LOAD
+    pinned = [resident("pinned", 1, pinned=True, host_gib=12)]
+    plan = plan_load(gib(2, host=5), gib(3, host=4), gib(10, host=16), pinned)
+    assert plan.placement is Placement.BLOCKED
+    assert "5.00 GiB of pinned host RAM and they leave 4.00 GiB" in plan.reason and "pinned" in plan.reason
+
+
+def test_evicts_until_the_host_tier_fits_too():
+    """The device has room, the host has not: idle models are evicted for their host RAM, oldest first."""
+    residents = [resident("old", 1, last_used=1, host_gib=2), resident("mid", 1, last_used=2, host_gib=4),
+                 resident("new", 1, last_used=3, host_gib=8)]
+    plan = plan_load(gib(1, host=6), gib(5, host=1), gib(10, host=16), residents)
+    assert plan.placement is Placement.EVICT and plan.evict == ("old", "mid")
+
+
+def test_waits_for_busy_models_holding_host_ram():
+    plan = plan_load(gib(1, host=6), gib(5, host=1), gib(10, host=16), [resident("busy", 1, idle=False, host_gib=8)])
+    assert plan.placement is Placement.WAIT and "busy" in plan.reason
 
 
 # -- failures and idleness --------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from pydantic import ValidationError
 
@@ -133,3 +135,43 @@ def test_field_path_leaves_out_union_tags():
     assert field_path(("tools", 0, "function", "parameters"), ChatCompletionRequest) == "tools[0].function.parameters"
     assert field_path(("stream_options", "continuous_usage_stats"), CompletionRequest) == (
         "stream_options.continuous_usage_stats")
+
+
+# -- the system prefix (what retain_system_prompt keeps) -------------------------------------------------------------
+def _retaining(engine, retain=True):
+    """The same engine folder as a backend that keeps system prompts longer (trtllm), with the model's setting."""
+    trtllm = engine.manifest.model_copy(update={"backend": "trtllm"})
+    return replace(engine, manifest=trtllm, retain_system_prompt=retain)
+
+
+def _prefix_and_prompt(engine, messages, **fields):
+    request = chat(messages=messages, **fields).to_inference_request(engine, "x").choices[0].engine_request
+    return request.system_prefix_tokens, request.prompt_ids
+
+
+def test_system_prefix_covers_the_system_prompt_and_not_the_first_user_message(engine):
+    retaining = _retaining(engine)
+    system = {"role": "system", "content": "You are a careful agent. Keep answers short."}
+    turn1 = [system, {"role": "user", "content": "Name a colour."}]
+    turn2 = [*turn1, {"role": "assistant", "content": "Blue."}, {"role": "user", "content": "Another one."}]
+    count1, prompt1 = _prefix_and_prompt(retaining, turn1)
+    count2, prompt2 = _prefix_and_prompt(retaining, turn2)
+    text = engine.prompts.tokenizer.decode(list(prompt1[:count1]), skip_special_tokens=False)
+    assert "careful agent" in text and "colour" not in text
+    assert count1 == count2 > 0 and prompt1[:count1] == prompt2[:count2]  # every turn repeats the same tokens
+
+
+def test_system_prefix_counts_tool_definitions(engine):
+    retaining = _retaining(engine)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    user = [{"role": "user", "content": "Weather in Oslo?"}]
+    count, prompt = _prefix_and_prompt(retaining, user, tools=tools)
+    assert "get_weather" in engine.prompts.tokenizer.decode(list(prompt[:count]), skip_special_tokens=False)
+
+
+def test_no_system_prefix_without_one_or_for_a_model_that_does_not_keep_it(engine):
+    system = {"role": "system", "content": "You are a careful agent."}
+    user = {"role": "user", "content": "Hi."}
+    assert _prefix_and_prompt(_retaining(engine), [user])[0] == 0
+    assert _prefix_and_prompt(_retaining(engine, retain=False), [system, user])[0] == 0  # the setting is off
+    assert _prefix_and_prompt(replace(engine, retain_system_prompt=True), [system, user])[0] == 0  # llamacpp

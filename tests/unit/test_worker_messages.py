@@ -82,8 +82,8 @@ def test_the_load_crosses_with_its_backends_option_section(default_engine):
     sections = {backend: options_for(backend, worker) for backend in ("hf", "llamacpp", "trtllm", "sim")}
     assert sections == {"hf": HfOptions(device="cpu", threads=3),
                         "llamacpp": LlamaCppOptions(threads=3, prompt_cache_bytes=0),
-                        "trtllm": TrtllmOptions(capacity_policy="max_utilization"),
-                        "sim": SimOptions(capacity_policy="max_utilization")}
+                        "trtllm": TrtllmOptions(capacity_policy="max_utilization", prompt_cache_bytes=0),
+                        "sim": SimOptions(capacity_policy="max_utilization", prompt_cache_bytes=0)}
     for options in sections.values():
         spec = LoadSpec(str(default_engine), 64 * 2**20, options)
         back = decode_to_worker(crossed(spec.to_wire()))

@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from orchestrator.api.engine_requests import Generation, SamplingFields, chat_prompt
+from orchestrator.api.engine_requests import Generation, SamplingFields, chat_prompt, system_prefix
 from orchestrator.api.messages_api.blocks import MessageParam, TextBlock
 from orchestrator.api.messages_api.conversation import chat_messages
 from orchestrator.api.output_plan import OutputPlan, chat_output_plan, check_output
@@ -173,7 +173,8 @@ class MessagesRequest(CountTokensRequest):
         fields = self.sampling_fields()
         plan = self.output_plan(engine)
         check_output(plan, fields, engine)
-        prompt = chat_prompt(engine, self.template_messages(), plan, None)
+        messages = self.template_messages()
+        prompt = chat_prompt(engine, messages, plan, None)
         limits = engine.manifest.limits
         if len(prompt) > limits.max_input_len:
             raise ContextLengthExceeded(
@@ -182,7 +183,8 @@ class MessagesRequest(CountTokensRequest):
         room = max(limits.max_seq_len - len(prompt), 1)
         return Generation(prompt=prompt, prompt_param=self.PROMPT_PARAM, fields=fields, plan=plan,
                           max_tokens=None, max_tokens_param="max_tokens",
-                          default_max_tokens=min(self.max_tokens, room), n=1, stream=self.stream)
+                          default_max_tokens=min(self.max_tokens, room), n=1, stream=self.stream,
+                          system_prefix_tokens=system_prefix(engine, messages, plan, None, prompt))
 
     def prompt_text(self, engine: Engine) -> str | None:
         return engine.prompts.render_chat(self.template_messages(), {})

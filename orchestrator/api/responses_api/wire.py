@@ -12,7 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
-from orchestrator.api.engine_requests import Generation, SamplingFields, chat_prompt
+from orchestrator.api.engine_requests import Generation, SamplingFields, chat_prompt, system_prefix
 from orchestrator.api.output_plan import OutputPlan, chat_output_plan, check_output
 from orchestrator.api.responses_api.conversation import chat_messages
 from orchestrator.api.responses_api.items import InputItem, MessageItem, item_kind, text_or
@@ -185,10 +185,12 @@ class ResponsesRequest(_Wire):
                 f"'{engine.manifest.backend}' backend that serves model '{engine.name}'", param="include")
         plan = self.output_plan(engine)
         check_output(plan, fields, engine)
-        prompt = chat_prompt(engine, self.audit_prompt(), plan, None)
+        messages = self.audit_prompt()
+        prompt = chat_prompt(engine, messages, plan, None)
         return Generation(prompt=prompt, prompt_param=self.PROMPT_PARAM, fields=fields, plan=plan,
                           max_tokens=self.max_output_tokens, max_tokens_param="max_output_tokens",
-                          default_max_tokens=None, n=1, stream=self.stream)
+                          default_max_tokens=None, n=1, stream=self.stream,
+                          system_prefix_tokens=system_prefix(engine, messages, plan, None, prompt))
 
     def prompt_text(self, engine: Engine) -> str | None:
         return engine.prompts.render_chat(self.audit_prompt(), {})

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 
 from orchestrator.backends.llamacpp.step import StepThreads
+from orchestrator.backends.options import prompt_cache_budget
 from orchestrator.backends.protocol import (
     BackendSettings,
     BackendStats,
@@ -35,7 +36,6 @@ log = logging.getLogger(__name__)
 MODEL_FILE = "model.gguf"
 STOP_TIMEOUT_S = 30.0
 CELL_PADDING = 256  # llama.cpp rounds a context's cells to a multiple of this
-PROMPT_CACHE_SHARE = 0.5  # the host-RAM prompt cache may hold this much of the KV budget again
 
 
 def preload() -> None:
@@ -90,8 +90,7 @@ def prompt_cache_bytes(settings: BackendSettings) -> int:
     """The RAM prompt cache's budget: the option when given, else half the KV cache budget. It fills up to its
     budget as requests finish (each keeps a copy of its KV cells, 23 KB a token for SmolLM2), so the worker's
     memory grows by that much, then holds."""
-    given = settings.options.prompt_cache_bytes
-    return int(settings.kv_cache_bytes * PROMPT_CACHE_SHARE) if given is None else given
+    return prompt_cache_budget("llamacpp", settings.options.prompt_cache_bytes, settings.kv_cache_bytes)
 
 
 @dataclass(frozen=True)

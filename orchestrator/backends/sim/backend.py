@@ -30,6 +30,7 @@ from orchestrator.backends.sim.corpus import corpus_tokens
 from orchestrator.backends.sim.engine import SimEngine
 from orchestrator.backends.sim.memory import device_bytes, kv_token_capacity
 from orchestrator.backends.sim.spec import SimSpec, load_sim_spec
+from orchestrator.engine.gpus import find_gpu
 from orchestrator.engine.request import EngineRequest, TokenDelta
 from orchestrator.errors import EngineDead, ModelUnavailable
 
@@ -94,8 +95,11 @@ class SimBackend:
         corpus = corpus_tokens(tokenizer, frozenset(manifest.tokenizer.eos_token_ids))
         kv = manifest.kv_cache
         blocks = self.kv_tokens // kv.tokens_per_block
+        host_blocks, onboard_ms = self.host_tier()
         self._engine = SimEngine(
-            self._spec.step, manifest.limits, kv.tokens_per_block, blocks, corpus, self._spec.natural_length
+            self._spec.step, manifest.limits, kv.tokens_per_block, blocks, corpus, self._spec.natural_length,
+            host_blocks=host_blocks, onboard_ms_per_block=onboard_ms,
+            retain_system_prompt=settings.options.retain_system_prompt,
         )
         self._stats = self._engine.stats()
         await asyncio.sleep(self._spec.load_s / self._speedup)
@@ -104,8 +108,8 @@ class SimBackend:
         self._thread.start()
         facts = manifest.simulation
         log.info(
-            "simulated %s x%d (%s, speed-up %g): %d KV tokens in %d blocks",
-            facts.gpu, facts.gpu_count, facts.precision, self._speedup, self.kv_tokens, blocks,
+            "simulated %s x%d (%s, speed-up %g): %d KV tokens in %d blocks, %d more blocks in host RAM",
+            facts.gpu, facts.gpu_count, facts.precision, self._speedup, self.kv_tokens, blocks, host_blocks,
         )
         return LoadReport(
             device=f"sim:{facts.gpu}",
@@ -113,6 +117,16 @@ class SimBackend:
                 manifest.weights_bytes, self.kv_tokens, kv.bytes_per_token, self._spec.runtime_overhead_bytes
             ),
         )
+
+    def host_tier(self) -> tuple[int, float]:
+        """The host KV tier the model's prompt_cache_bytes buys, in blocks, and one block's copy back to the GPU in
+        simulated ms (the block's bytes over the simulated GPU's host link; spread over its GPUs' links with TP)."""
+        manifest = self._settings.manifest
+        kv, facts = manifest.kv_cache, manifest.simulation
+        block_bytes = kv.bytes_per_token * kv.tokens_per_block
+        host_blocks = (self._settings.options.prompt_cache_bytes or 0) // block_bytes
+        link = find_gpu(facts.gpu).host_link_bytes_s * facts.gpu_count
+        return host_blocks, block_bytes / link * 1e3
 
     def submit(self, request: EngineRequest) -> None:
         if self._failure is not None:

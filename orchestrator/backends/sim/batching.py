@@ -2,8 +2,9 @@
 
 Admission (the capacity scheduler, GUARANTEED_NO_EVICT): waiting sequences enter the batch best first
 (higher priority, then earlier), each reserving KV blocks for its whole prompt and all of its max_new tokens,
-less the prompt blocks it finds in the prefix cache; the first one that does not fit waits, and so does
-everyone behind it, until running sequences finish and give their blocks back. Nothing is ever evicted.
+less the prompt blocks it finds in the prefix cache on the device; the first one that does not fit waits, and
+so does everyone behind it, until running sequences finish and give their blocks back. Nothing running is ever
+evicted. Prompt blocks found in the host tier are copied back into fresh blocks at admission (`onboarded`).
 
 The step (the micro-batch scheduler): every decoding sequence contributes one token, then prompts are
 prefilled in chunks, in admission order, within `max_num_tokens` tokens per step. A chunk that leaves part
@@ -35,16 +36,21 @@ def reusable_blocks(sequence: Sequence, tokens_per_block: int) -> int:
 
 
 def try_admit(sequence: Sequence, pool: BlockPool, limits: BatchLimits) -> bool:
-    """Reserve the sequence's blocks (sharing its cached prefix) if they are free; False leaves it waiting."""
+    """Reserve the sequence's blocks (sharing its cached prefix, onboarding what the host tier holds of it) if
+    they are free; False leaves it waiting."""
     tpb = limits.tokens_per_block
-    hit = pool.lookup(sequence.hashes[: reusable_blocks(sequence, tpb)])
-    fresh = blocks_for(len(sequence.prompt) + sequence.max_new, tpb) - len(hit)
-    if fresh + pool.idle_count(hit) > pool.available:
+    hashes = sequence.hashes[: reusable_blocks(sequence, tpb)]
+    hit = pool.locate(hashes)
+    on_device = [block for block in hit if block is not None]
+    fresh = blocks_for(len(sequence.prompt) + sequence.max_new, tpb) - len(on_device)
+    if fresh + pool.idle_count(on_device) > pool.available:
         return False
-    pool.share(hit)
+    pool.share(on_device)
     pool.reserve(fresh)
-    sequence.blocks = list(hit)
-    sequence.reserve_left = fresh
+    copied = iter(pool.onboard([key for block, key in zip(hit, hashes, strict=False) if block is None]))
+    sequence.blocks = [block if block is not None else next(copied) for block in hit]
+    sequence.onboarded = len(hit) - len(on_device)
+    sequence.reserve_left = fresh - sequence.onboarded
     sequence.computed = sequence.cached = sequence.length = sequence.capacity = len(hit) * tpb
     sequence.admitted = True
     return True

@@ -4,7 +4,9 @@ backend (orchestrator/backends/sim/backend.py) calls `step()` and sleeps for the
 Each step admits what fits (batching.admit), schedules decode rows and prefill chunks (batching.schedule),
 prices the step with the step-time model, and advances every scheduled sequence: a decoding sequence
 generates one token, a prefill chunk moves its prompt into the KV cache, and the chunk that completes a prompt
-also generates the sequence's first token, as TensorRT-LLM's context phase does.
+also generates the sequence's first token, as TensorRT-LLM's context phase does. Prompt blocks copied back from
+the host tier at admission add their transfer time to the step that admits them: the copy must land before the
+prefill reads it. Offloads to the host are not priced: they run on a copy stream while steps compute.
 """
 
 from __future__ import annotations
@@ -42,11 +44,16 @@ class SimEngine:
         kv_blocks: int,
         corpus: tuple[int, ...],
         natural_length: int,
+        host_blocks: int = 0,
+        onboard_ms_per_block: float = 0.0,
+        retain_system_prompt: bool = False,
     ):
         self.coefficients = coefficients
         self.limits = limits
         self.batch = BatchLimits(limits.max_batch_size, limits.max_num_tokens, tokens_per_block)
-        self.pool = BlockPool(kv_blocks)
+        self.pool = BlockPool(kv_blocks, host_blocks)
+        self.onboard_ms_per_block = onboard_ms_per_block  # one block's copy from host RAM to the GPU
+        self.retain_system_prompt = retain_system_prompt
         self.corpus = corpus
         self.natural_length = natural_length
         self.waiting: list[Sequence] = []  # best first
@@ -93,6 +100,8 @@ class SimEngine:
         self._arrivals += 1
         tpb = self.batch.tokens_per_block
         sequence.hashes = prefix_hashes(sequence.prompt, tpb, len(sequence.prompt) // tpb)
+        if self.retain_system_prompt:  # every block the system prompt touches, as a retention token range does
+            sequence.kept = blocks_for(request.system_prefix_tokens, tpb)
         bisect.insort(self.waiting, sequence, key=_key)
         self._by_id[sequence.id] = sequence
 
@@ -123,13 +132,16 @@ class SimEngine:
     def step(self) -> StepResult:
         result = StepResult(0.0, self._pending)
         self._pending = []
-        self.prefilling += admit(self.waiting, self.running, self.pool, self.batch)
+        admitted = admit(self.waiting, self.running, self.pool, self.batch)
+        self.prefilling += admitted
         rows = self.decoding
         chunks = schedule(len(rows), self.prefilling, self.batch)
         if not rows and not chunks:
             return result
         kv_tokens = sum(sequence.length for sequence in rows)
         result.step_ms = self.coefficients.step_ms(len(rows), kv_tokens, [(n, s.computed) for s, n in chunks])
+        if admitted:
+            result.step_ms += self.onboard_ms_per_block * sum(sequence.onboarded for sequence in admitted)
         result.scheduled = True
         self.iterations += 1
         deltas, finished = result.deltas, []
@@ -200,7 +212,7 @@ class SimEngine:
             delta.top_logprobs = [sequence.top_logprobs(token, logprob, request.top_logprobs, self.corpus)]
 
     def _free(self, sequence: Sequence) -> None:
-        self.pool.release(sequence.blocks)
+        self.pool.release(sequence.blocks, sequence.kept)
         self.pool.unreserve(sequence.reserve_left)
         sequence.blocks, sequence.reserve_left, sequence.capacity = [], 0, 0
 

@@ -48,8 +48,8 @@ def natural_end(request: EngineRequest, natural_length: int) -> int | None:
 class Sequence:
     __slots__ = (
         "admitted", "blocks", "cached", "capacity", "computed", "cursor", "done", "end_at", "extras",
-        "generated", "hashes", "id", "length", "max_new", "min_tokens", "order", "priority", "prompt",
-        "reported_cached", "request", "reserve_left", "salt", "stops",
+        "generated", "hashes", "id", "kept", "length", "max_new", "min_tokens", "onboarded", "order", "priority",
+        "prompt", "reported_cached", "request", "reserve_left", "salt", "stops",
     )
 
     def __init__(self, request: EngineRequest, order: int, corpus_len: int, max_seq_len: int, natural_length: int):
@@ -72,6 +72,8 @@ class Sequence:
         self.capacity = 0  # tokens its blocks hold
         self.hashes: list[int] = []  # content hashes of the prompt's full blocks
         self.reserve_left = 0  # blocks reserved at admission and not yet allocated
+        self.onboarded = 0  # of its cached prompt blocks, those copied back from the host tier at admission
+        self.kept = 0  # its first blocks at high retention priority (the system prompt's, where the model keeps it)
         self.admitted = False
         self.done = False
         self.reported_cached = False

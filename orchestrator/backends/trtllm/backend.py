@@ -137,7 +137,8 @@ class TrtllmBackend:
     async def start(self, outputs: EngineOutputs) -> LoadReport:
         trtllm, settings = self._trtllm, self._settings
         tokenizer = Tokenizer.from_file(str(settings.engine_dir / "tokenizer.json"))
-        self._requests = RequestBuilder(trtllm, settings.manifest, tokenizer, engine_vocab_size(settings.engine_dir))
+        self._requests = RequestBuilder(trtllm, settings.manifest, tokenizer, engine_vocab_size(settings.engine_dir),
+                                        retain_system_prompt=settings.options.retain_system_prompt)
         check_xgrammar_version()
         self._executor = await self._load_executor()
         try:

@@ -59,6 +59,10 @@ def build_executor_config(trtllm: ModuleType, settings: BackendSettings, runtime
         enable_block_reuse=True,
         max_tokens=kv_cache_tokens(settings),  # the budget, the same on every GPU; it binds before the cap
         free_gpu_memory_fraction=FREE_MEMORY_CAP,
+        # The host KV tier: reusable blocks evicted from the GPU go to this much pinned host RAM instead of being
+        # dropped, and come back (onboard_blocks, on by default) when a prompt reuses them. None: no tier. The
+        # memory ledger holds these bytes of host RAM for the model while it is loaded.
+        host_cache_size=options.prompt_cache_bytes or None,
     )
     return trtllm.ExecutorConfig(
         max_beam_width=1,

@@ -14,6 +14,7 @@ from types import ModuleType
 
 from tokenizers import Tokenizer
 
+from orchestrator.backends.options import SYSTEM_PROMPT_PRIORITY
 from orchestrator.engine.manifest import EngineManifest
 from orchestrator.engine.request import EngineRequest
 from orchestrator.structured.guide import Guide
@@ -76,9 +77,13 @@ class RequestBuilder:
     - top_k above 1024 is sent as 0, the whole vocabulary (`engine_top_k`).
     - Every request asks for perf metrics: a copy of a small struct per result, read for the cached prompt
       tokens (`usage.prompt_tokens_details.cached_tokens`).
+    - With `retain_system_prompt` (the model's setting), a request's system prompt and tools (its
+      `system_prefix_tokens`) go at SYSTEM_PROMPT_PRIORITY in a KvCacheRetentionConfig: their blocks are evicted
+      (to the host tier, where there is one) after every block of default priority. The rest keeps the default.
     """
 
-    def __init__(self, trtllm: ModuleType, manifest: EngineManifest, tokenizer: Tokenizer, vocab_size: int):
+    def __init__(self, trtllm: ModuleType, manifest: EngineManifest, tokenizer: Tokenizer, vocab_size: int,
+                 retain_system_prompt: bool = False):
         facts = manifest.tokenizer
         self._trtllm = trtllm
         self._end_id = facts.eos_token_ids[0]  # always given: the engine's behaviour without one is unspecified
@@ -86,6 +91,7 @@ class RequestBuilder:
         self._extra_eos = tuple(facts.eos_token_ids[1:])  # e.g. Llama 3's <|eot_id|>
         self._stop_words = StopWords(tokenizer)
         self._vocab_size = vocab_size
+        self._retain_system_prompt = retain_system_prompt
 
     def end_tokens(self, request: EngineRequest) -> frozenset[int]:
         """Tokens besides end_id that end this request: the model's other end tokens unless ignored, and its
@@ -112,7 +118,18 @@ class RequestBuilder:
             embedding_bias=self._embedding_bias(request.sampling.logit_bias),
             guided_decoding_params=self._guided(request.guide),
             priority=engine_priority(request.priority),
+            kv_cache_retention_config=self._retention(request),
         )
+
+    def _retention(self, request: EngineRequest):
+        """The system prompt's token range at high priority (None: every block at the engine's default). A range
+        gives its priority to every block it touches, so the block holding both the prefix's last tokens and the
+        first user message's is kept too: at most one block more than asked."""
+        if not (self._retain_system_prompt and request.system_prefix_tokens):
+            return None
+        config = self._trtllm.KvCacheRetentionConfig
+        kept = config.TokenRangeRetentionConfig(0, request.system_prefix_tokens, SYSTEM_PROMPT_PRIORITY)
+        return config([kept])
 
     def _stops(self, request: EngineRequest) -> list[list[int]]:
         if request.min_tokens:  # the backend ends the request at these, once min_tokens are out

@@ -80,7 +80,9 @@ __all__ = [
     "IterationStats",
     "KvCacheConfig",
     "KvCacheMetrics",
+    "KvCacheRetentionConfig",
     "KvCacheStats",
+    "KvCacheTransferMode",
     "ModelType",
     "OrchestratorConfig",
     "OutputConfig",
@@ -404,11 +406,61 @@ class GuidedDecodingParams:
         _Field.init(self, guide_type=guide_type, guide=guide)
 
 
+class KvCacheTransferMode(enum.Enum):
+    DRAM = 0
+
+
+class KvCacheRetentionConfig:
+    """Retention priorities (0 to 100, 35 by default) for token ranges of a request's KV blocks. The constructor
+    checks the ranges as the real one does (std::invalid_argument, a ValueError in Python): sorted by start, only
+    the last may be open (token_end None), starts not negative, every range non-empty, no two overlapping.
+    The double keeps the config on the request and schedules as if it were not there."""
+
+    class TokenRangeRetentionConfig:
+        __slots__ = ("_duration_ms", "_priority", "_token_end", "_token_start")
+        token_start = _Field(int)
+        token_end = _Field(int, optional=True)
+        priority = _Field(int)
+        duration_ms = _Field(timedelta, optional=True)
+
+        def __init__(self, token_start, token_end, priority, duration_ms=None):
+            _Field.init(self, token_start=token_start, token_end=token_end, priority=priority,
+                        duration_ms=duration_ms)
+            if not 0 <= priority <= 100:
+                raise RuntimeError("Invalid priority value. Must be between 0 and 100")
+
+    __slots__ = ("_decode_duration_ms", "_decode_retention_priority", "_directory", "_token_range_retention_configs",
+                 "_transfer_mode")
+    token_range_retention_configs = _Field(list, readonly=True, items=TokenRangeRetentionConfig)
+    decode_retention_priority = _Field(int, readonly=True)
+    decode_duration_ms = _Field(timedelta, optional=True, readonly=True)
+    transfer_mode = _Field(KvCacheTransferMode, readonly=True)
+    directory = _Field(str, optional=True, readonly=True)
+
+    def __init__(self, token_range_retention_configs, decode_retention_priority=35, decode_duration_ms=None,
+                 transfer_mode=KvCacheTransferMode.DRAM, directory=None):
+        _Field.init(self, token_range_retention_configs=sorted(token_range_retention_configs,
+                                                               key=lambda r: r.token_start),
+                    decode_retention_priority=decode_retention_priority, decode_duration_ms=decode_duration_ms,
+                    transfer_mode=transfer_mode, directory=directory)
+        ranges = self._token_range_retention_configs
+        for index, entry in enumerate(ranges):
+            last = index == len(ranges) - 1
+            if entry.token_end is None and not last:
+                raise ValueError("Invalid use of end indicator.")
+            if entry.token_start < 0:
+                raise ValueError("Token indices must be non-negative.")
+            if entry.token_end is not None and entry.token_start >= entry.token_end:
+                raise ValueError("Range must have a positive, non-zero length.")
+            if not last and entry.token_end > ranges[index + 1].token_start:
+                raise ValueError("Token ranges must be non-overlapping.")
+
+
 class Request:
     """There is no `priority` property (the reference says so): the engine keeps it privately."""
 
     __slots__ = ("_bad_words", "_client_id", "_embedding_bias", "_end_id", "_guided_decoding_params",
-                 "_input_token_ids", "_max_tokens",
+                 "_input_token_ids", "_kv_cache_retention_config", "_max_tokens",
                  "_num_return_sequences", "_output_config", "_pad_id", "_priority_value",
                  "_return_all_generated_tokens", "_sampling_config", "_stop_words", "_streaming")
     input_token_ids = _Field(list, readonly=True, items=int)
@@ -422,6 +474,7 @@ class Request:
     stop_words = _Field(list, optional=True, items=list)
     embedding_bias = _Field(object, optional=True)  # a tensor over the vocabulary (torch, float32)
     guided_decoding_params = _Field(GuidedDecodingParams, optional=True)
+    kv_cache_retention_config = _Field(KvCacheRetentionConfig, optional=True)
     client_id = _Field(int, optional=True)
     return_all_generated_tokens = _Field(bool)
 
@@ -439,6 +492,7 @@ class Request:
         stop_words=None,
         embedding_bias=None,
         guided_decoding_params=None,
+        kv_cache_retention_config=None,
         client_id=None,
         return_all_generated_tokens=False,
         priority=0.5,
