@@ -35,7 +35,7 @@ from orchestrator.engine.catalogue import Engine
 from orchestrator.errors import ContextLengthExceeded
 from orchestrator.ipc.messages import ROW_REQUEST_ID, ROW_TEXT
 from orchestrator.lifecycle import InferenceRequest
-from orchestrator.scheduler import ModelView, Priority, request_priority
+from orchestrator.scheduler import ModelView, Priority, Tenant, request_priority
 from orchestrator.text.prompt import PromptEncoder
 
 
@@ -66,6 +66,7 @@ class Prepared:
     model: ModelView
     priority: Priority
     request: InferenceRequest
+    tenant: Tenant = Tenant()  # whom the scheduler shares the model with fairly: the caller's key
 
 
 async def prepare_generation(http: web.Request, wire: FrontDoorRequest, id_prefix: str) -> Prepared:
@@ -86,7 +87,7 @@ async def prepare_generation(http: web.Request, wire: FrontDoorRequest, id_prefi
         record.tokens_taken = record.limiter.admit_tokens(request.prompt_tokens, most)
     if state.audit.include_text:
         _keep_text(record, wire, request)
-    return Prepared(model, priority, request)
+    return Prepared(model, priority, request, Tenant(caller.name, caller.weight))
 
 
 def admit_caller(http: web.Request, choices: int = 1) -> None:

@@ -6,6 +6,7 @@ reads a clock, or touches a process, so each rule is tested with plain values.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -34,15 +35,84 @@ class ModelLoad:
     head_arrival: float = 0.0  # arrival order of that class's oldest waiter
 
 
-def admit(model: ModelLoad, total_running: int, max_running_total: int) -> Admission:
+def admit(model: ModelLoad, total_running: int, max_running_total: int, key: KeyLoad | None = None,
+          keys: list[KeyLoad] | None = None) -> Admission:
     """What a newly arrived request for `model` does. Waiters are only ever blocked by a full model or a
     full device (they are granted as soon as either frees), so a request may run at once only if both have
-    room and nobody of its model waits ahead of it."""
+    room and nobody of its model waits ahead of it.
+
+    The queue bound is shared between keys: once the model's queue holds `max_queue`, a key below its share of
+    it (`share`, among the keys active on the model) still queues, and a key at its share is refused. So one
+    key's flood fills its own share, never another key's (the queue holds at most twice `max_queue`). `key` is
+    the caller's state on the model and `keys` every active key's; without them (one caller) the model's bound
+    is the key's."""
     if model.running < model.max_concurrency and total_running < max_running_total and model.queued == 0:
         return Admission.RUN
-    if model.queued >= model.max_queue:
+    if model.queued >= model.max_queue and (key is None or key.queued >= share(model.max_queue, key, keys or [])):
         return Admission.REJECT
     return Admission.QUEUE
+
+
+# -- fairness between keys ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyLoad:
+    """One API key's state on one model, for fairness between keys. `counter` is its virtual token counter: the
+    tokens served to it divided by its weight (`fairness.py` keeps it)."""
+
+    key: str
+    running: int = 0  # permits its requests hold on the model
+    queued: int = 0
+    counter: float = 0.0
+    weight: float = 1.0
+    head_priority: Priority | None = None  # the best priority class it has waiting
+    head_arrival: int = 0  # arrival order of its oldest waiter of that class
+
+    @property
+    def active(self) -> bool:
+        return self.running > 0 or self.queued > 0
+
+
+def share(total: int, key: KeyLoad, keys: list[KeyLoad]) -> int:
+    """A key's share of `total` (permits or queue places) among the active keys, itself counted whether active
+    or not: in proportion to its weight, rounded up, at least one."""
+    weights = key.weight + sum(k.weight for k in keys if k.active and k.key != key.key)
+    return max(1, math.ceil(total * key.weight / weights))
+
+
+@dataclass(frozen=True)
+class KeyTurn:
+    key: str
+    reason: str
+
+
+def pick_key(keys: list[KeyLoad], max_concurrency: int) -> KeyTurn | None:
+    """Whose waiter gets the model's next free permit: among the keys waiting in the best priority class, the
+    lowest virtual token counter (Sheng et al., "Fairness in Serving Large Language Models", OSDI 2024), the
+    oldest waiter on a tie. A key that already holds its share of the model's permits goes only when no other
+    waiting key is below its share: it keeps what it runs (nothing is preempted), and a permit is never left
+    idle while someone waits. None: nobody waits."""
+    waiting = [k for k in keys if k.head_priority is not None]
+    if not waiting:
+        return None
+    best = max(k.head_priority for k in waiting)
+    contenders = [k for k in waiting if k.head_priority == best]
+    below = [k for k in contenders if k.running < share(max_concurrency, k, keys)]
+    chosen = min(below or contenders, key=lambda k: (k.counter, k.head_arrival))
+    if len(contenders) == 1:
+        return KeyTurn(chosen.key, "the only key waiting")
+    if below and len(below) < len(contenders):
+        held = ", ".join(sorted(k.key for k in contenders if k not in below))
+        return KeyTurn(chosen.key, f"below its share of permits, which {held} already hold; then the fewest tokens")
+    return KeyTurn(chosen.key, f"the fewest tokens served per unit of weight ({chosen.counter:.0f})")
+
+
+def lifted_counter(counter: float, keys: list[KeyLoad]) -> float:
+    """The counter of a key that becomes active on a model: lifted to the lowest counter of the keys already
+    active there, so that time spent idle is not banked as credit against them."""
+    active = [k.counter for k in keys if k.active]
+    return max(counter, min(active)) if active else counter
 
 
 def pick_next(models: list[ModelLoad], total_running: int, max_running_total: int) -> str | None:

@@ -48,6 +48,7 @@ def keys_flags(tmp_path, catalogue):
         key = "{hash_key('sk-quad')}"
         max_concurrent = 4
         tokens_per_minute = 2000
+        weight = 2
     """)
     return "--auth.keys-file", str(path)
 
@@ -156,6 +157,7 @@ def test_choices_count_as_concurrent_requests_and_tokens_per_minute_reserve_them
 
     during, crowded, crowded_body, too_many, too_many_body, body, after = asyncio.run(go())
     prompt = body["usage"]["prompt_tokens"]
+    assert during["limits"]["weight"] == 2
     assert during["now"]["running"] == 4
     assert during["now"]["tokens_left"] == pytest.approx(2000 - prompt - 4 * 300, abs=1)  # reserved on admission
     assert crowded == 429 and "already has 4 requests running" in crowded_body["error"]["message"]
