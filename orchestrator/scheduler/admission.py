@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable
 
 from orchestrator.config import SchedulingConfig
@@ -33,15 +34,19 @@ class AdmissionControl:
         on_model_idle: Callable[[ModelEntry], None],
         on_busy: Callable[[], None],
         on_quiet: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
     ):
         """on_model_idle: a loaded model has nothing running or queued; on_busy: a request took a
-        permit; on_quiet: no request holds a permit any more."""
+        permit; on_quiet: no request holds a permit any more; clock: the scheduler's (monotonic seconds, for how
+        recently each key was active)."""
+        self._clock = clock
         self._entries = entries
         self._scheduling = scheduling
         self._on_model_idle = on_model_idle
         self._on_busy = on_busy
         self._on_quiet = on_quiet
         self._arrivals = itertools.count()
+        self._recheck: asyncio.TimerHandle | None = None  # dispatches again once permits kept for keys free up
         self.draining = False
         self.quiet = asyncio.Event()  # set while no request holds a permit
         self.quiet.set()
@@ -62,9 +67,9 @@ class AdmissionControl:
             raise ShuttingDown("the server is shutting down and takes no new requests",
                                retry_after_s=RETRY_AFTER_SHUTDOWN_S)
         entry.cancel_idle_timer()
-        queued = entry.queued_by_key()
-        entry.shares.activate(tenant, queued)
-        keys = entry.shares.loads(queued)
+        queued, now = entry.queued_by_key(), self._clock()
+        entry.shares.activate(tenant, queued, now)
+        keys = entry.shares.loads(queued, now)
         mine = next(k for k in keys if k.key == tenant.key)
         decision = policy.admit(entry.load_view(), self.total_running(), self._scheduling.max_running_total,
                                 mine, keys)
@@ -82,6 +87,7 @@ class AdmissionControl:
         after it was granted, before it could run, passes its permit on."""
         waiter = Waiter.make(priority, next(self._arrivals), tenant, request)
         entry.enqueue(waiter)
+        self._dispatch()  # a permit kept free for this key, or for none any more, goes to whoever's turn it is
         expiry = asyncio.get_running_loop().call_later(self._scheduling.queue_timeout_s, self._expire, entry, waiter)
         try:
             await waiter.future
@@ -108,7 +114,7 @@ class AdmissionControl:
         idleness."""
         entry.running -= 1
         if request is not None:
-            entry.shares.finish(tenant, request)
+            entry.shares.finish(tenant, request, self._clock())
         self._dispatch()
         if entry.idle:
             self._on_model_idle(entry)
@@ -127,16 +133,34 @@ class AdmissionControl:
         """Hand free permits to waiters, in the order the policy picks: the model, then the key on it."""
         limit = self._scheduling.max_running_total
         while True:
-            views = [s.load_view() for s in self._entries.values() if s.waiters]
+            turns = {name: self._turn(entry) for name, entry in self._entries.items() if entry.waiters}
+            views = [self._entries[name].load_view() for name, turn in turns.items() if turn is not None]
             name = policy.pick_next(views, self.total_running(), limit)
             if name is None:
+                self._recheck_later()
                 return
             entry = self._entries[name]
-            turn = policy.pick_key(entry.key_loads(), entry.max_concurrency)
-            waiter = entry.next_waiter(turn.key)
+            waiter = entry.next_waiter(turns[name].key)
             if not waiter.future.done():
                 self._take(entry, waiter.tenant, waiter.request)
                 waiter.future.set_result(True)
+
+    def _recheck_later(self) -> None:
+        """While a waiter waits beside a free permit (kept for a key present on the model), dispatch again when
+        that key's presence may have ended."""
+        if self._recheck is not None or self.total_running() >= self._scheduling.max_running_total:
+            return
+        if any(entry.waiters and entry.running < entry.max_concurrency for entry in self._entries.values()):
+            self._recheck = asyncio.get_running_loop().call_later(self._scheduling.key_presence_s + 0.01,
+                                                                  self._recheck_now)
+
+    def _recheck_now(self) -> None:
+        self._recheck = None
+        self._dispatch()
+
+    def _turn(self, entry: ModelEntry) -> policy.KeyTurn | None:
+        free = entry.max_concurrency - entry.running
+        return policy.pick_key(entry.key_loads(self._clock()), entry.max_concurrency, free) if free > 0 else None
 
     def drain(self) -> None:
         """From now on new requests are refused, and queued ones are turned away; running ones go on."""

@@ -96,12 +96,12 @@ class ModelEntry:
     def queued_by_key(self) -> Counter[str]:
         return Counter(waiter.tenant.key for waiter in self.waiters)
 
-    def key_loads(self) -> list[KeyLoad]:
+    def key_loads(self, now: float) -> list[KeyLoad]:
         """Every key's state on this model, with the best class each has waiting (its oldest waiter of it)."""
         heads: dict[str, Waiter] = {}
         for waiter in self.waiters:  # best first, so a key's first waiter is its head
             heads.setdefault(waiter.tenant.key, waiter)
-        loads = self.shares.loads(self.queued_by_key())
+        loads = self.shares.loads(self.queued_by_key(), now)
         return [replace(load, head_priority=heads[load.key].priority, head_arrival=heads[load.key].arrival)
                 if load.key in heads else load for load in loads]
 
@@ -173,6 +173,7 @@ def build_entries(config: ServerConfig, catalogue: Catalogue, now: float) -> dic
             max_queue=own.max_queue if own.max_queue is not None else config.scheduling.max_queue,
             pinned=own.pinned,
             last_used=now,
+            shares=KeyShares(config.scheduling.key_presence_s),
         )
     return entries
 

@@ -5,7 +5,9 @@ token 2, the weights of Sheng et al., OSDI 2024: decoding a token costs about tw
 A running request is charged as it is served: its tokens so far count in every decision, and are settled into the
 counter when its permit is given back; a prompt counts once whatever `n` (its choices share the prefill). A key
 that becomes active (nothing running or queued on the model before) is lifted to the lowest counter of the keys
-active there; when no key is active the counters are forgotten. `policy.pick_key` decides from these counters.
+active there; when no key is active the counters are forgotten. A key stays present on the model for
+`scheduling.key_presence_s` after it was last active there (see `policy.KeyLoad`). `policy.pick_key` decides
+from these.
 
 Without keys every caller is one key (`anonymous`), and admission is what it was without fairness.
 """
@@ -49,10 +51,12 @@ def cost(request: Metered) -> float:
 class KeyShares:
     """One model's keys: their counters (settled), their running requests (charged as served) and weights."""
 
-    def __init__(self) -> None:
+    def __init__(self, presence_s: float = 0.0) -> None:
+        self._presence_s = presence_s
         self._settled: dict[str, float] = {}
         self._weights: dict[str, float] = {}
         self._serving: dict[str, list[Metered]] = {}
+        self._seen: dict[str, float] = {}  # when each key was last active here (the scheduler's clock)
 
     def counter(self, key: str) -> float:
         live = sum(cost(request) for request in self._serving.get(key, ()))
@@ -61,12 +65,13 @@ class KeyShares:
     def running(self, key: str) -> int:
         return len(self._serving.get(key, ()))
 
-    def activate(self, tenant: Tenant, queued: Counter[str]) -> None:
+    def activate(self, tenant: Tenant, queued: Counter[str], now: float) -> None:
         """`tenant` arrives on the model: lift its counter if it was idle there (queued: waiters per key)."""
         self._weights[tenant.key] = tenant.weight
+        self._seen[tenant.key] = now
         if self.running(tenant.key) or queued[tenant.key]:
             return
-        loads = self.loads(queued)
+        loads = self.loads(queued, now)
         if not any(load.active for load in loads):
             self._settled.clear()  # nobody is active: the past no longer counts
         self._settled[tenant.key] = lifted_counter(self._settled.get(tenant.key, 0.0), loads)
@@ -76,8 +81,9 @@ class KeyShares:
         self._weights[tenant.key] = tenant.weight
         self._serving.setdefault(tenant.key, []).append(request)
 
-    def finish(self, tenant: Tenant, request: Metered) -> None:
+    def finish(self, tenant: Tenant, request: Metered, now: float) -> None:
         """The request gave its permit back: what it was served is settled into its key's counter."""
+        self._seen[tenant.key] = now
         serving = self._serving.get(tenant.key, [])
         index = next((i for i, running in enumerate(serving) if running is request), None)
         if index is not None:
@@ -86,8 +92,9 @@ class KeyShares:
         if not serving:
             self._serving.pop(tenant.key, None)
 
-    def loads(self, queued: Counter[str]) -> list[KeyLoad]:
+    def loads(self, queued: Counter[str], now: float) -> list[KeyLoad]:
         """Every known key's state, without its waiters' priorities (see `entries.ModelEntry.key_loads`)."""
-        keys = set(self._settled) | set(self._serving) | set(queued)
-        return [KeyLoad(key, self.running(key), queued[key], self.counter(key), self._weights.get(key, 1.0))
-                for key in keys]
+        recent = {key for key, seen in self._seen.items() if now - seen <= self._presence_s}
+        keys = set(self._settled) | set(self._serving) | set(queued) | recent
+        return [KeyLoad(key, self.running(key), queued[key], self.counter(key), self._weights.get(key, 1.0),
+                        recent=key in recent) for key in keys]

@@ -107,6 +107,7 @@ class Scheduler:
             on_model_idle=self._placement.model_idle,
             on_busy=workers.server_busy,
             on_quiet=workers.server_quiet,
+            clock=clock,
         )
         self._admin = AdminOperations(self._entry_for, self._admission, self._placement, self._ledger, clock)
         self._started = False

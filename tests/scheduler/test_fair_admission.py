@@ -1,5 +1,6 @@
 """Admission between API keys in-process, on virtual time: a key's flood fills only its own share of the queue,
-the next free permit goes to the key below its share, and keys are charged the tokens they are served."""
+the next free permit goes to the key below its share, a permit is kept free for a key between its requests (and
+given to the flood once that key is gone), and keys are charged the tokens they are served."""
 
 from __future__ import annotations
 
@@ -99,3 +100,28 @@ def test_a_key_that_returns_is_lifted_to_the_active_keys_counter(tmp_path):
         return entry.shares.counter("a"), entry.shares.counter("b") - 3
 
     assert run_virtual(go()) == (3 + 200, 3 + 200)  # lifted to a's counter as served so far; then its own prompt
+
+
+def test_a_permit_is_kept_for_a_key_between_its_requests_and_given_away_once_it_is_gone(tmp_path):
+    async def go():
+        admission, entry = make_admission(tmp_path, SMALL, key_presence_s=5.0)
+        loop = asyncio.get_running_loop()
+        b_request = inference_request("alpha")
+        await admission.acquire(entry, I, B, b_request)
+        admission.release(entry, B, b_request)  # b is between two requests
+        a = await flood(admission, entry, A, 2)  # a's first runs (its share is one of two); its second waits
+        await until(lambda: entry.queued == 1)
+        kept = entry.running, entry.queued
+        start = loop.time()
+        b_next = inference_request("alpha")
+        await admission.acquire(entry, I, B, b_next)  # b's next request runs at once: the permit was kept
+        served_b = entry.shares.running("b")
+        admission.release(entry, B, b_next)
+        await asyncio.gather(*a)  # once b is gone (5 s after its last request), a takes the permit
+        return kept, served_b, entry.shares.running("a"), loop.time() - start
+
+    kept, served_b, running_a, waited = run_virtual(go())
+    assert kept == (1, 1)
+    assert served_b == 1
+    assert running_a == 2
+    assert 5.0 <= waited < 6.0
