@@ -66,7 +66,7 @@ class Prepared:
     model: ModelView
     priority: Priority
     request: InferenceRequest
-    tenant: Tenant = Tenant()  # whom the scheduler shares the model with fairly: the caller's key
+    tenant: Tenant  # whom the scheduler shares the model with fairly: the caller's key
 
 
 async def prepare_generation(http: web.Request, wire: FrontDoorRequest, id_prefix: str) -> Prepared:

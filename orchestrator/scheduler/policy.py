@@ -103,7 +103,10 @@ class KeyLoad:
 
 def share(total: int, key: KeyLoad, keys: list[KeyLoad]) -> int:
     """A key's share of `total` (permits or queue places) among the keys present, itself counted whether present
-    or not: in proportion to its weight, rounded up, at least one."""
+    or not: in proportion to its weight, rounded up, at least one (of a total above zero: a queue of none has
+    no place for anyone)."""
+    if total <= 0:
+        return 0
     weights = key.weight + sum(k.weight for k in keys if k.present and k.key != key.key)
     return max(1, math.ceil(total * key.weight / weights))
 

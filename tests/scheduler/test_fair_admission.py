@@ -20,7 +20,7 @@ max_concurrency = 2
 max_queue = 4
 """
 A, B = Tenant("a"), Tenant("b")
-I = Priority.INTERACTIVE
+NOW = Priority.INTERACTIVE
 
 
 async def flood(admission, entry, tenant: Tenant, count: int) -> list[asyncio.Task]:
@@ -28,7 +28,7 @@ async def flood(admission, entry, tenant: Tenant, count: int) -> list[asyncio.Ta
     tasks = []
     for _ in range(count):
         request = inference_request("alpha")
-        tasks.append(asyncio.create_task(admission.acquire(entry, I, tenant, request)))
+        tasks.append(asyncio.create_task(admission.acquire(entry, NOW, tenant, request)))
         await asyncio.sleep(0)
     return tasks
 
@@ -39,13 +39,13 @@ def test_a_keys_flood_is_refused_at_its_share_while_another_key_still_queues(tmp
         await flood(admission, entry, A, 2 + 4)  # both permits, then the whole queue
         await until(lambda: entry.queued == 4)
         with pytest.raises(QueueFull, match="the limit is 4"):  # a alone: the model's bound, as without keys
-            await admission.acquire(entry, I, A, inference_request("alpha"))
+            await admission.acquire(entry, NOW, A, inference_request("alpha"))
         b = await flood(admission, entry, B, 2)  # b is below its share (2 of 4): it queues
         await until(lambda: entry.queued == 6)
         with pytest.raises(QueueFull, match="key 'a' holds 4 of them, its share \\(2\\)"):
-            await admission.acquire(entry, I, A, inference_request("alpha"))
+            await admission.acquire(entry, NOW, A, inference_request("alpha"))
         with pytest.raises(QueueFull, match="key 'b' holds 2 of them, its share \\(2\\)"):
-            await admission.acquire(entry, I, B, inference_request("alpha"))
+            await admission.acquire(entry, NOW, B, inference_request("alpha"))
         for task in b:
             task.cancel()
         await asyncio.gather(*b, return_exceptions=True)
@@ -60,7 +60,7 @@ def test_the_next_free_permit_goes_to_the_key_that_waits_behind_a_flood(tmp_path
         a = await flood(admission, entry, A, 2 + 3)
         await until(lambda: entry.queued == 3)
         b_request = inference_request("alpha")
-        b = asyncio.create_task(admission.acquire(entry, I, B, b_request))
+        b = asyncio.create_task(admission.acquire(entry, NOW, B, b_request))
         await until(lambda: entry.queued == 4)
         first = entry.shares._serving["a"][0]
         admission.release(entry, A, first)  # one of a's permits frees: b's waiter arrived last, and goes first
@@ -75,8 +75,8 @@ def test_keys_are_charged_as_they_are_served_and_by_weight(tmp_path):
         admission, entry = make_admission(tmp_path, SMALL)
         heavy, light = Tenant("heavy", weight=2.0), Tenant("light")
         one, two = inference_request("alpha"), inference_request("alpha")  # 3 prompt tokens each
-        await admission.acquire(entry, I, heavy, one)
-        await admission.acquire(entry, I, light, two)
+        await admission.acquire(entry, NOW, heavy, one)
+        await admission.acquire(entry, NOW, light, two)
         one.choices[0].completion_tokens = 10  # served so far, before either ends
         two.choices[0].completion_tokens = 10
         live = entry.shares.counter("heavy"), entry.shares.counter("light")
@@ -94,9 +94,9 @@ def test_a_key_that_returns_is_lifted_to_the_active_keys_counter(tmp_path):
     async def go():
         admission, entry = make_admission(tmp_path, SMALL)
         request = inference_request("alpha")
-        await admission.acquire(entry, I, A, request)
+        await admission.acquire(entry, NOW, A, request)
         request.choices[0].completion_tokens = 100
-        await admission.acquire(entry, I, B, inference_request("alpha"))  # b arrives idle: lifted to a's counter
+        await admission.acquire(entry, NOW, B, inference_request("alpha"))  # b arrives idle: lifted to a's counter
         return entry.shares.counter("a"), entry.shares.counter("b") - 3
 
     assert run_virtual(go()) == (3 + 200, 3 + 200)  # lifted to a's counter as served so far; then its own prompt
@@ -107,14 +107,14 @@ def test_a_permit_is_kept_for_a_key_between_its_requests_and_given_away_once_it_
         admission, entry = make_admission(tmp_path, SMALL, key_presence_s=5.0)
         loop = asyncio.get_running_loop()
         b_request = inference_request("alpha")
-        await admission.acquire(entry, I, B, b_request)
+        await admission.acquire(entry, NOW, B, b_request)
         admission.release(entry, B, b_request)  # b is between two requests
         a = await flood(admission, entry, A, 2)  # a's first runs (its share is one of two); its second waits
         await until(lambda: entry.queued == 1)
         kept = entry.running, entry.queued
         start = loop.time()
         b_next = inference_request("alpha")
-        await admission.acquire(entry, I, B, b_next)  # b's next request runs at once: the permit was kept
+        await admission.acquire(entry, NOW, B, b_next)  # b's next request runs at once: the permit was kept
         served_b = entry.shares.running("b")
         admission.release(entry, B, b_next)
         await asyncio.gather(*a)  # once b is gone (5 s after its last request), a takes the permit

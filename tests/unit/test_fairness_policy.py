@@ -17,16 +17,16 @@ from orchestrator.scheduler.policy import (
 )
 from orchestrator.scheduler.settings import Priority
 
-I, B = Priority.INTERACTIVE, Priority.BATCH
+NOW, LATER = Priority.INTERACTIVE, Priority.BATCH
 
 
 def waiting(key: str, counter: float = 0.0, running: int = 0, queued: int = 1, weight: float = 1.0,
-            priority: Priority = I, arrival: int = 0) -> KeyLoad:
+            priority: Priority = NOW, arrival: int = 0) -> KeyLoad:
     return KeyLoad(key, running, queued, counter, weight, priority, arrival)
 
 
 def full_model(queued: int, max_queue: int = 8) -> ModelLoad:
-    return ModelLoad("m", running=4, queued=queued, max_concurrency=4, max_queue=max_queue, head_priority=I)
+    return ModelLoad("m", running=4, queued=queued, max_concurrency=4, max_queue=max_queue, head_priority=NOW)
 
 
 def test_the_key_with_the_fewest_virtual_tokens_goes_first():
@@ -40,7 +40,7 @@ def test_equal_counters_go_to_the_oldest_waiter():
 
 
 def test_priority_classes_come_before_counters():
-    turn = pick_key([waiting("a", counter=900, priority=I), waiting("b", counter=0, priority=B)], 64, 1)
+    turn = pick_key([waiting("a", counter=900, priority=NOW), waiting("b", counter=0, priority=LATER)], 64, 1)
     assert turn.key == "a"
 
 
@@ -85,6 +85,7 @@ def test_shares_follow_weights_among_active_keys():
     assert share(8, b, [a, b, idle]) == 2
     assert share(8, idle, [a, b, idle]) == 4  # a key arriving counts itself
     assert share(1, b, [a, b]) == 1  # never less than one
+    assert share(0, b, [a, b]) == 0  # of nothing, nothing: max_queue = 0 refuses every waiter, as without keys
     recent = KeyLoad("c", weight=4.0, recent=True)  # present for a while after its last request
     assert share(8, a, [a, b, recent]) == 3
 
@@ -114,6 +115,8 @@ def test_one_key_has_the_whole_queue_as_without_keys():
     assert admit(full_model(queued=8), 4, 100, only, [only]) is Admission.REJECT
     assert admit(full_model(queued=8), 4, 100) is Admission.REJECT
     assert admit(full_model(queued=7), 4, 100, KeyLoad("anonymous", running=4, queued=7), []) is Admission.QUEUE
+    nobody_waits = KeyLoad("anonymous", running=4)
+    assert admit(full_model(queued=0, max_queue=0), 4, 100, nobody_waits, [nobody_waits]) is Admission.REJECT
 
 
 def test_a_returning_key_is_lifted_to_the_lowest_active_counter_and_never_lowered():
