@@ -39,7 +39,6 @@ def test_a_keys_flood_never_turns_another_keys_request_into_a_429(gguf_engine, t
     report = json.loads(path.read_text())
     flood, under = report["flood"], report["victim"]["under_flood"]
     assert flood["rejected_429"] > 0  # the flood did fill the queue: without fairness the victim was refused too
-    assert flood["requests_finished"] > 0
     assert report["victim_429"] == 0, under["error_messages"]
     assert under["ok"] == report["victim"]["alone"]["ok"] == VICTIM_REQUESTS
     assert under["ttft_s"]["n"] == VICTIM_REQUESTS
