@@ -166,7 +166,7 @@ BENCH_ARGS ?=
 bench: default-engine $(VENV)/.bench-installed
 	$(BIN)/python -m bench.baselines --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL) --concurrency 1,4,16 \
 		--requests 48 --osl 64 --in-process $(BENCH_ARGS)
-	$(BIN)/python -m bench.swap --engines-dir $(ENGINES_DIR) --model $(DEFAULT_MODEL)
+	$(BIN)/python -m bench.swap --engines-dir $(ENGINES_DIR) --models $(DEFAULT_MODEL),$(DEFAULT_MODEL)-hf
 
 # Mixed traffic for SOAK_S seconds against a server of sim engines and one of the embedded default, watching
 # RSS, fds, threads and asyncio tasks of every server process: a table, a plot and a verdict in bench/results/.

@@ -3,7 +3,11 @@ switch evicts one and loads the other. Reports the cold load to first token on a
 time (evict, load, first token) with the spare worker warm and back to back, evictions, and the time to
 first token of each model once loaded, for both spare refill policies.
 
-    python -m bench.swap [--engines-dir engines] [--model smollm2-135m] [--rounds 6] [--osl 16]
+The capacity comes from the engines themselves: a first server loads each model once and reads its footprint
+as the ledger counts it, and the measured servers get room for the larger model and half the smaller, never
+both. A run in which a swap did not evict measured no swap: it says so and exits with status 1.
+
+    python -m bench.swap [--engines-dir engines] [--models smollm2-135m,smollm2-135m-hf] [--rounds 6] [--osl 16]
 """
 
 from __future__ import annotations
@@ -29,9 +33,13 @@ from orchestrator.bench.workload import RequestSpec
 from orchestrator.launch import ServerProcess, copy_engine, start_server
 
 PROG = "python -m bench.swap"
-MODELS = ("alpha", "beta")
+DEFAULT_MODELS = "smollm2-135m,smollm2-135m-hf"  # the embedded default and its transformers twin
 KV_BYTES = 64 * 2**20
-CAPACITY = 1_600_000_000  # one SmolLM2 worker with this KV budget (about 1.0 GiB), never two
+SIZING_CAPACITY = 64 * 2**30  # room for both while their footprints are measured
+
+
+class NoSwap(RuntimeError):
+    """A model switch that evicted nothing: the run measured no swap."""
 
 
 def _admin(server: ServerProcess, path: str = "", method: str = "GET") -> dict:
@@ -72,27 +80,48 @@ def _seconds(values: list[float], q: float) -> float | None:
     return None if value is None else round(value, 4)
 
 
-async def _pairs(server: ServerProcess, rounds: int, osl: int, warm_spare: bool) -> dict:
-    """Each round asks the other model twice: the first request swaps it in, the second finds it loaded."""
+def _evictions(server: ServerProcess) -> int:
+    return sum(model["evictions"] for model in _admin(server)["models"])
+
+
+def _ready(server: ServerProcess) -> set[str]:
+    return {model["name"] for model in _admin(server)["models"] if model["state"] == "ready"}
+
+
+async def _swap(server: ServerProcess, client: _Client, model: str) -> float:
+    """The first token of `model` while the other one is loaded; raises `NoSwap` unless that evicted it."""
+    before = await asyncio.to_thread(_evictions, server)
+    ttft = await client.ttft(model)
+    after = await asyncio.to_thread(_evictions, server)
+    if after - before != 1:
+        raise NoSwap(f"asking {model} evicted {after - before} models (want 1): both fit, so nothing was swapped")
+    return ttft
+
+
+async def _pairs(server: ServerProcess, models: list[str], rounds: int, osl: int, warm_spare: bool) -> dict:
+    """Each round asks the model not loaded twice: the first request swaps it in, the second finds it loaded."""
     client, swaps = _Client(server, osl), []
-    loaded: dict[str, list[float]] = {name: [] for name in MODELS}
+    loaded: dict[str, list[float]] = {name: [] for name in models}
     try:
-        for round_index in range(rounds):
-            model = MODELS[round_index % 2]
+        if not await asyncio.to_thread(_ready, server):
+            await client.ttft(models[0])  # an empty device: the first load evicts nothing, so it is no swap
+        for _ in range(rounds):
+            ready = await asyncio.to_thread(_ready, server)
+            model = next(name for name in models if name not in ready)
             if warm_spare:
                 await asyncio.to_thread(_wait_for_warm_spare, server)
-            swaps.append(await client.ttft(model))
+            swaps.append(await _swap(server, client, model))
             loaded[model].append(await client.ttft(model))
     finally:
         client.close()
     return {
-        "swaps": len(swaps), "swap_p50_s": _seconds(swaps, 50), "swap_p99_s": _seconds(swaps, 99),
-        "swap_max_s": round(max(swaps), 4),
+        "swaps": len(swaps), "evictions": len(swaps), "swap_p50_s": _seconds(swaps, 50),
+        "swap_p90_s": _seconds(swaps, 90), "swap_max_s": round(max(swaps), 4),
         "ttft_loaded_p50_s": {name: _seconds(values, 50) for name, values in loaded.items()},
     }
 
 
-async def _cold_loads(server: ServerProcess, rounds: int, osl: int) -> dict:
+async def _cold_loads(server: ServerProcess, model_name: str, rounds: int, osl: int) -> dict:
     """Load to first token on an empty device with a warm spare: unload everything, then ask."""
     client, ttfts = _Client(server, osl), []
     try:
@@ -101,7 +130,7 @@ async def _cold_loads(server: ServerProcess, rounds: int, osl: int) -> dict:
                 if model["state"] == "ready":
                     await asyncio.to_thread(_admin, server, f"/{model['name']}/unload", "POST")
             await asyncio.to_thread(_wait_for_warm_spare, server)
-            ttfts.append(await client.ttft(MODELS[0]))
+            ttfts.append(await client.ttft(model_name))
     finally:
         client.close()
     return {
@@ -110,29 +139,53 @@ async def _cold_loads(server: ServerProcess, rounds: int, osl: int) -> dict:
     }
 
 
-def _start(engines: Path, log: Path, refill: str) -> ServerProcess:
+def _start(engines: Path, log: Path, refill: str, capacity: int) -> ServerProcess:
     return start_server(
         engines, log, "--worker.kv-cache-bytes", str(KV_BYTES), "--worker.spare-refill", refill,
-        "--memory.capacity-bytes", str(CAPACITY), "--memory.reserve-bytes", "0",
+        "--memory.capacity-bytes", str(capacity), "--memory.reserve-bytes", "0",
         "--scheduling.preload", "pinned", "--scheduling.queue-timeout-s", "120",
     )
 
 
-async def run_swap(engine: Path, workdir: Path, rounds: int, osl: int) -> dict:
+async def footprints(engines: Path, models: list[str], workdir: Path, osl: int) -> dict[str, int]:
+    """Each model's footprint as the ledger counts it once loaded, with room for both."""
+    server = _start(engines, workdir / "swap-sizing.log", "when-idle", SIZING_CAPACITY)
+    client = _Client(server, osl)
+    try:
+        for model in models:
+            await client.ttft(model)
+        return {m["name"]: m["memory_bytes"] for m in _admin(server)["models"] if m["name"] in models}
+    finally:
+        client.close()
+        server.stop()
+
+
+def capacity_for(sizes: dict[str, int]) -> int:
+    """Room for the larger model and half the smaller: either fits alone, never both."""
+    larger, smaller = max(sizes.values()), min(sizes.values())
+    if smaller <= 0:
+        raise NoSwap(f"a model's footprint was not measured ({sizes}): no capacity can force a swap")
+    return larger + smaller // 2
+
+
+async def run_swap(sources: list[Path], workdir: Path, rounds: int, osl: int) -> dict:
     engines = workdir / "engines"
     engines.mkdir(parents=True, exist_ok=True)
-    for name in MODELS:
-        copy_engine(engine, engines, name)
-    report = {"models": list(MODELS), "capacity_bytes": CAPACITY, "kv_cache_bytes": KV_BYTES}
+    for source in sources:
+        copy_engine(source, engines, source.name)
+    models = [source.name for source in sources]
+    sizes = await footprints(engines, models, workdir, osl)
+    capacity = capacity_for(sizes)
+    report = {"models": models, "footprint_bytes": sizes, "capacity_bytes": capacity, "kv_cache_bytes": KV_BYTES}
     # The spare refill policy trades swap time against interference with the requests after a swap.
     for refill in ("when-idle", "after-load"):
-        server = _start(engines, workdir / f"swap-{refill}.log", refill)
+        server = _start(engines, workdir / f"swap-{refill}.log", refill, capacity)
         try:
             variant = {}
             if refill == "when-idle":
-                variant["cold_load_empty_device"] = await _cold_loads(server, rounds, osl)
-                variant["swaps_with_warm_spare"] = await _pairs(server, rounds, osl, warm_spare=True)
-            variant["swaps_back_to_back"] = await _pairs(server, rounds, osl, warm_spare=False)
+                variant["cold_load_empty_device"] = await _cold_loads(server, models[0], rounds, osl)
+                variant["swaps_with_warm_spare"] = await _pairs(server, models, rounds, osl, warm_spare=True)
+            variant["swaps_back_to_back"] = await _pairs(server, models, rounds, osl, warm_spare=False)
             variant["evictions"] = {m["name"]: m["evictions"] for m in _admin(server)["models"]}
         finally:
             server.stop()
@@ -145,24 +198,31 @@ def main(argv: list[str]) -> int:
         prog=PROG, description="Two models that do not fit together taking turns: cold loads, swaps, evictions.",
     )
     parser.add_argument("--engines-dir", type=Path, default=Path("engines"))
-    parser.add_argument("--model", default="smollm2-135m", help="the engine served under two names")
+    parser.add_argument("--models", default=DEFAULT_MODELS, help="two engines, comma-separated, taking turns")
     parser.add_argument("--rounds", type=int, default=6, help="model switches per variant")
     parser.add_argument("--osl", type=int, default=16, help="output tokens per request")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args(argv)
-    engine = args.engines_dir / args.model
-    if not (engine / "engine.json").is_file():
-        print(f"{PROG}: error: no engine at {engine}", file=sys.stderr)
+    sources = [args.engines_dir / name for name in args.models.split(",")]
+    if len(sources) != 2 or sources[0].name == sources[1].name:
+        print(f"{PROG}: error: --models names two different engines (got {args.models!r})", file=sys.stderr)
         return 2
+    for engine in sources:
+        if not (engine / "engine.json").is_file():
+            print(f"{PROG}: error: no engine at {engine}", file=sys.stderr)
+            return 2
     started = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="inferno-bench-swap-") as workdir:
         try:
-            result = aio.run(stoppable(run_swap(engine, Path(workdir), args.rounds, args.osl)))
+            result = aio.run(stoppable(run_swap(sources, Path(workdir), args.rounds, args.osl)))
         except (KeyboardInterrupt, asyncio.CancelledError):
             print(f"{PROG}: stopped; no result written", file=sys.stderr)
             return 130
+        except NoSwap as error:
+            print(f"{PROG}: error: {error}", file=sys.stderr)
+            return 1
     report = {"schema": "inferno-bench-swap/1", "command": [*PROG.split(), *argv], "started_at": started,
-              "engine": str(engine), "osl": args.osl, "machine": machine(), "versions": versions(), "swap": result}
+              "engines": [str(engine) for engine in sources], "osl": args.osl, "machine": machine(), "versions": versions(), "swap": result}
     path = write(report, args.out, prefix="swap")
     print(json.dumps(result, indent=2))
     print(f"wrote {path}")
