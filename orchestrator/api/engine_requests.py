@@ -129,7 +129,7 @@ def chat_prompt(engine: Engine, messages: list[dict], plan: OutputPlan, template
     shaped = prompt_messages(messages, plan.tools, fmt,
                              template_reads_tools=template_supports_tools(engine.prompts.chat_template))
     return engine.prompts.encode_chat(shaped.messages, template_kwargs or {}, add_generation_prompt,
-                                      tools=shaped.tools)
+                                      tools=shaped.tools, specials_in_content=engine.special_tokens_in_content)
 
 
 def system_prefix(engine: Engine, messages: list[dict], plan: OutputPlan, template_kwargs: dict | None,
