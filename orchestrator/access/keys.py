@@ -13,6 +13,7 @@ and `auth.admin_key` (best given as INFERNO_AUTH__* variables, never on a comman
     max_concurrent = 8
     priority = "batch"               # or "interactive"
     admin = false                    # may use /admin
+    metrics = false                  # may read /metrics (admin keys may too); a scrape key: models = []
 
 A key is stored hashed, `sha256:<64 hex digits>` (the SHA-256 of the key's text; `inferno keys new` makes
 one), or as plain text. Presented keys are looked up by their SHA-256 digest, so a stored hash works just
@@ -57,6 +58,11 @@ class KeyPolicy:
     max_concurrent: int | None = None
     priority: Priority | None = None  # the default class of its requests, and the best they may ask for
     admin: bool = False
+    metrics: bool = False  # may read /metrics, once keys are configured (an admin key may too)
+
+    @property
+    def may_scrape(self) -> bool:
+        return self.metrics or self.admin
 
     def may_use(self, model: str) -> bool:
         return self.models is None or model in self.models
@@ -81,6 +87,7 @@ class _Limits(BaseModel):
     max_concurrent: int | None = Field(None, ge=1)
     priority: Literal["interactive", "batch"] | None = None
     admin: bool = False
+    metrics: bool = False
 
 
 class _Key(_Limits):
@@ -233,4 +240,5 @@ def _policy(name: str, entry: _Key) -> KeyPolicy:
         max_concurrent=entry.max_concurrent,
         priority=None if entry.priority is None else Priority.parse(entry.priority),
         admin=entry.admin,
+        metrics=entry.metrics,
     )
