@@ -59,7 +59,10 @@ class SchedulingConfig(_Section):
     max_concurrency: int | None = Field(
         None, ge=1, description="requests running at once per model (default, and at most: its engine's batch size)"
     )
-    max_queue: int = Field(256, ge=0, description="requests waiting per model before 429")
+    max_queue: int = Field(256, ge=0, description="requests waiting per model before 429 (shared between API keys)")
+    key_presence_s: float = Field(
+        10.0, ge=0, description="an API key active on a model this recently keeps a permit free for its next request"
+    )
     queue_timeout_s: float = Field(60.0, gt=0, description="longest wait for a permit or a load before 503")
     max_running_total: int = Field(
         1024, ge=1, description="requests running at once on the device, shared by weighted fair share"

@@ -12,6 +12,7 @@ and `auth.admin_key` (best given as INFERNO_AUTH__* variables, never on a comman
     tokens_per_minute = 200000
     max_concurrent = 8
     priority = "batch"               # or "interactive"
+    weight = 2                       # its share of a model next to other keys (default 1; docs/security.md)
     admin = false                    # may use /admin
     metrics = false                  # may read /metrics (admin keys may too); a scrape key: models = []
 
@@ -58,6 +59,7 @@ class KeyPolicy:
     max_concurrent: int | None = None
     priority: Priority | None = None  # the default class of its requests, and the best they may ask for
     admin: bool = False
+    weight: float = 1.0  # its share of a model's permits, queue and tokens, relative to the other keys
     metrics: bool = False  # may read /metrics, once keys are configured (an admin key may too)
 
     @property
@@ -87,6 +89,7 @@ class _Limits(BaseModel):
     max_concurrent: int | None = Field(None, ge=1)
     priority: Literal["interactive", "batch"] | None = None
     admin: bool = False
+    weight: float = Field(1.0, gt=0, le=1000)
     metrics: bool = False
 
 
@@ -240,5 +243,6 @@ def _policy(name: str, entry: _Key) -> KeyPolicy:
         max_concurrent=entry.max_concurrent,
         priority=None if entry.priority is None else Priority.parse(entry.priority),
         admin=entry.admin,
+        weight=entry.weight,
         metrics=entry.metrics,
     )

@@ -1,11 +1,14 @@
 """Per-key limits: requests per minute and tokens per minute (token buckets), and concurrent requests.
 
 A bucket holds up to a minute's allowance and refills continuously. Requests per minute take one each on
-arrival. Tokens per minute take the prompt's tokens when the request is admitted (a prompt larger than a
-whole minute's allowance can never run and is refused outright); the completion's tokens are charged when
-the request ends, and may leave the bucket in debt, which later requests wait out. A request that never
-reached its engine gives its prompt tokens back. Refusals are RateLimited (429) with the seconds until the
-request would fit as its Retry-After.
+arrival. Concurrent requests count choices: a request with `n` = 4 holds four of them (one whose `n` exceeds
+the limit can never run and is refused outright). Tokens per minute reserve, when the request is admitted, its
+prompt's tokens and every choice's `max_tokens` (at most a whole minute's allowance: a request that may generate
+more waits for a full bucket rather than never running; a prompt larger than a whole minute's allowance can never
+run and is refused outright); when the request ends it is charged what it used, and what it did not use is given
+back (a request that never reached its engine gives everything back). Using more than was reserved (possible only
+past that cap) leaves the bucket in debt, which later requests wait out. Refusals are RateLimited (429) with the
+seconds until the request would fit as its Retry-After.
 
 Time is whatever the clock given says (monotonic seconds), so the rules are tested with plain numbers.
 """
@@ -65,13 +68,18 @@ class KeyLimiter:
         self._requests = TokenBucket(policy.requests_per_minute, now) if policy.requests_per_minute else None
         self._tokens = TokenBucket(policy.tokens_per_minute, now) if policy.tokens_per_minute else None
 
-    def admit(self) -> None:
-        """Count one more running request, or raise RateLimited (concurrent requests, requests per minute)."""
+    def admit(self, choices: int = 1) -> None:
+        """Count a request of `choices` choices running, or raise RateLimited (concurrent requests, requests per
+        minute; without Retry-After when it has more choices than the key may ever run at once)."""
         name, now = self.policy.name, self._clock()
         limit = self.policy.max_concurrent
-        if limit is not None and self.running >= limit:
+        if limit is not None and choices > limit:
+            raise RateLimited(f"the request asks for {choices} choices (n), more than key '{name}' may run at once "
+                              f"({limit})")
+        if limit is not None and self.running + choices > limit:
             raise RateLimited(
-                f"key '{name}' already has {self.running} requests running (its limit is {limit}); retry shortly",
+                f"key '{name}' already has {self.running} requests running (its limit is {limit})"
+                + (f" and this request has {choices} choices (n)" if choices > 1 else "") + "; retry shortly",
                 retry_after_s=RETRY_AFTER_CONCURRENCY_S,
             )
         if self._requests is not None:
@@ -83,11 +91,12 @@ class KeyLimiter:
                     retry_after_s=wait,
                 )
             self._requests.take(1, now)
-        self.running += 1
+        self.running += choices
 
-    def admit_tokens(self, prompt_tokens: int) -> int:
-        """Take the prompt's tokens from the tokens-per-minute bucket; returns what was taken (for `finish`).
-        Raises RateLimited when they are not there yet, without Retry-After when they never can be."""
+    def admit_tokens(self, prompt_tokens: int, max_tokens: int = 0) -> int:
+        """Reserve the prompt's tokens and the most its choices may generate (`max_tokens`, summed over them) in
+        the tokens-per-minute bucket, at most a minute's allowance; returns what was reserved (for `finish`).
+        Raises RateLimited when they are not there yet, without Retry-After when the prompt never can be."""
         if self._tokens is None:
             return 0
         name, limit, now = self.policy.name, self.policy.tokens_per_minute, self._clock()
@@ -95,20 +104,21 @@ class KeyLimiter:
             raise RateLimited(
                 f"the prompt has {prompt_tokens} tokens, more than key '{name}' may use in a minute ({limit})"
             )
-        wait = self._tokens.wait_s(prompt_tokens, now)
+        reserve = min(limit, prompt_tokens + max_tokens)
+        wait = self._tokens.wait_s(reserve, now)
         if wait > 0:
             raise RateLimited(
-                f"key '{name}' is over its limit of {limit} tokens per minute; this prompt needs {prompt_tokens}; "
-                f"retry in {wait:.1f} s",
+                f"key '{name}' is over its limit of {limit} tokens per minute; this request reserves {reserve} "
+                f"(its prompt, {prompt_tokens}, and up to {max_tokens} generated); retry in {wait:.1f} s",
                 retry_after_s=wait,
             )
-        self._tokens.take(prompt_tokens, now)
-        return prompt_tokens
+        self._tokens.take(reserve, now)
+        return reserve
 
-    def finish(self, taken: int, used: int) -> None:
-        """The request has ended: it used `used` tokens (0 if it never reached its engine) of which `taken`
-        were taken on admission; the difference is charged (or given back)."""
-        self.running -= 1
+    def finish(self, taken: int, used: int, choices: int = 1) -> None:
+        """The request of `choices` choices has ended: it used `used` tokens (0 if it never reached its engine)
+        of which `taken` were reserved on admission; the difference is charged (or given back)."""
+        self.running -= choices
         if self._tokens is not None:
             self._tokens.take(used - taken, self._clock())
 

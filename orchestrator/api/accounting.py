@@ -36,7 +36,7 @@ def _settle(http: web.Request, record: RequestRecord, status: int, usage: UsageM
     prompt_tokens = request.prompt_tokens if ran else 0
     completion_tokens = request.completion_tokens if ran else 0
     if record.limiter is not None:
-        record.limiter.finish(record.tokens_taken, prompt_tokens + completion_tokens)
+        record.limiter.finish(record.tokens_taken, prompt_tokens + completion_tokens, record.choices_taken)
     key = record.caller.name if record.caller is not None else None
     if record.generation and record.model is not None and key is not None:
         usage.record(key, record.model, status, prompt_tokens, completion_tokens,

@@ -50,6 +50,7 @@ async def usage(http: web.Request) -> web.Response:
                 "max_concurrent": policy.max_concurrent,
                 "priority": None if policy.priority is None else policy.priority.name.lower(),
                 "admin": policy.admin,
+                "weight": policy.weight,
             }
         now = live.get(name)
         keys[name] = {

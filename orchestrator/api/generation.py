@@ -50,7 +50,7 @@ async def running(http: web.Request, prepared: Prepared) -> AsyncIterator[Infere
         if request.guide is not None:  # a grammar that does not compile never reaches an engine
             eos = engine.manifest.tokenizer.eos_token_ids
             await state.grammar.check(engine.folder, request.guide, stop_token_ids=eos)
-        async with state.scheduler.lease(request, prepared.priority) as worker:
+        async with state.scheduler.lease(request, prepared.priority, prepared.tenant) as worker:
             for choice in request.choices:
                 worker.submit(choice.engine_request, request.deliver)
             yield request

@@ -3,14 +3,16 @@
 1. the model, if the caller's key may use it (access.py; 404 otherwise, as for a model that does not exist);
 2. the priority class: the request's `service_tier`, else the key's class, else the model's; a key's class is
    also the best its requests may ask for;
-3. the key's concurrent requests and requests per minute (429 with Retry-After);
+3. the key's concurrent requests (each of the `n` choices counts as one) and requests per minute (429 with
+   Retry-After);
 4. the prompt: one too long in characters to fit whatever it tokenises to is refused before tokenising (looked
    at only for bodies that could hold one); then the wire format's `generation()` (the chat template and the
    tokenizer) and `engine_requests.inference_request`, on a thread for a big body (body.py), which decides once
    how many tokens each choice may generate: what was asked (refused above the model's `max_tokens` ceiling
    from models.toml, or beyond the context), else the API's default or what the context leaves, capped by the
    ceiling; and the salt of the prefix cache it may use (cache_salt.py: the caller's key, or its own salt);
-5. the key's tokens per minute, for the prompt's tokens (429 with Retry-After).
+5. the key's tokens per minute: the prompt's tokens and every choice's `max_tokens` are reserved (429 with
+   Retry-After); what the request did not use is given back when it ends.
 
 What the key's limiter took is settled when the request ends (accounting.py).
 """
@@ -34,7 +36,7 @@ from orchestrator.engine.catalogue import Engine
 from orchestrator.errors import ContextLengthExceeded
 from orchestrator.ipc.messages import ROW_REQUEST_ID, ROW_TEXT
 from orchestrator.lifecycle import InferenceRequest
-from orchestrator.scheduler import ModelView, Priority, request_priority
+from orchestrator.scheduler import ModelView, Priority, Tenant, request_priority
 from orchestrator.text.prompt import PromptEncoder
 
 
@@ -45,6 +47,10 @@ class FrontDoorRequest(Protocol):
     model: str
     service_tier: str | None
     PROMPT_PARAM: str
+
+    @property
+    def choices_asked(self) -> int:
+        """How many choices (`n`) the request asks for: each counts against its key's concurrent requests."""
 
     def generation(self, engine: Engine) -> Generation:
         """The request in the server's own terms, its prompt tokenised (raises the taxonomy's 400s)."""
@@ -61,6 +67,7 @@ class Prepared:
     model: ModelView
     priority: Priority
     request: InferenceRequest
+    tenant: Tenant  # whom the scheduler shares the model with fairly: the caller's key
 
 
 async def prepare_generation(http: web.Request, wire: FrontDoorRequest, id_prefix: str) -> Prepared:
@@ -71,27 +78,29 @@ async def prepare_generation(http: web.Request, wire: FrontDoorRequest, id_prefi
     model = model_view(http, wire.model)
     caller = record.caller or ANONYMOUS
     priority = request_priority(wire.service_tier, model.settings.priority_class, caller.priority)
-    admit_caller(http)
+    admit_caller(http, wire.choices_asked)
     await off_loop(http, _check_prompt_chars, wire, model.engine, record.body_bytes)
     request = await off_loop(http, _inference_request, wire, model.engine, id_prefix, priority.in_engine,
                              model.settings.max_tokens, record.caller)
     record.inference = request
     if record.limiter is not None:
-        record.tokens_taken = record.limiter.admit_tokens(request.prompt_tokens)
+        most = sum(choice.engine_request.max_new_tokens for choice in request.choices)
+        record.tokens_taken = record.limiter.admit_tokens(request.prompt_tokens, most)
     if state.audit.include_text:
         _keep_text(record, wire, request)
-    return Prepared(model, priority, request)
+    return Prepared(model, priority, request, Tenant(caller.name, caller.weight))
 
 
-def admit_caller(http: web.Request) -> None:
-    """Count the request against its key's limits on requests per minute and requests running (RateLimited, a
-    429, when over one); the limiter gets it back when the request ends (accounting.py)."""
+def admit_caller(http: web.Request, choices: int = 1) -> None:
+    """Count the request's choices against its key's limit on requests running, and the request against its
+    requests per minute (RateLimited, a 429, when over one); the limiter gets them back when the request ends
+    (accounting.py)."""
     record = record_of(http)
     caller = record.caller or ANONYMOUS
     if caller.limited:
         limiter = http.app[STATE].limits.of(caller)
-        limiter.admit()
-        record.limiter = limiter
+        limiter.admit(choices)
+        record.limiter, record.choices_taken = limiter, choices
 
 
 def _inference_request(wire: FrontDoorRequest, engine: Engine, id_prefix: str, priority: int,

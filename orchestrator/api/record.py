@@ -30,7 +30,8 @@ class RequestRecord:
     generation: bool = False  # a chat or text completion: metered per key
     inference: InferenceRequest | None = None
     limiter: KeyLimiter | None = None  # the key's limiter, once it admitted the request
-    tokens_taken: int = 0  # prompt tokens the limiter took on admission
+    choices_taken: int = 1  # running requests the limiter counted for it (its `n`)
+    tokens_taken: int = 0  # tokens the limiter reserved on admission (the prompt and every choice's max_tokens)
     prompt_text: object = None  # the prompt (messages or text), kept only for an audit log with text
     completions: dict[str, list[str]] | None = None  # engine request id -> text, likewise
     status: int | None = None  # the final HTTP status, set once by the outcome middleware

@@ -217,6 +217,10 @@ class _GenerationRequest(_Wire):
             logprobs_param=self.TOP_LOGPROBS_PARAM,
         )
 
+    @property
+    def choices_asked(self) -> int:
+        return self.n
+
     def generation(self, engine: Engine) -> Generation:
         """This request in the server's own terms, its prompt made with the model's template and tokenizer; raises
         InvalidRequest / UnsupportedParameter (400) naming what is wrong."""

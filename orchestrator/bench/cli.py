@@ -3,6 +3,7 @@
     inferno bench --engines-dir engines --concurrency 1,4,16
     inferno bench --url http://127.0.0.1:8000 --rate 5,10 --duration 60 --slo ttft=0.5,itl=0.05
     inferno bench agent-turns --engines-dir engines --model llama3.1-8b-instruct-sim   (bench/agent_turns.py)
+    inferno bench --engines-dir engines --scenario two-keys --concurrency 32 --osl 512
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from orchestrator.bench.plot import plot
 from orchestrator.bench.report import table, write
 from orchestrator.bench.run import Baseline, open_target, run_bench
 from orchestrator.bench.targets import Target, TargetError
+from orchestrator.bench.two_keys import run_two_keys, summary_lines
 
 
 async def stoppable(work: Coroutine):
@@ -78,7 +80,28 @@ def bench_command(argv: list[str]) -> int:
     except BenchError as exc:
         print(f"inferno bench: error: {exc}", file=sys.stderr)
         return 2
+    if options.scenario == "two-keys":
+        return two_keys_command("inferno bench", argv, options)
     return run_command("inferno bench", argv, options)
+
+
+def two_keys_command(prog: str, argv: list[str], options: BenchOptions) -> int:
+    """The two-keys scenario: run it, write its result file, print its summary. Exit status 1 when any request
+    failed other than by a 429 (the 429s are what it measures)."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="inferno-bench-") as workdir:
+            report = aio.run(stoppable(run_two_keys(options, [*prog.split(), *argv], Path(workdir))))
+    except (BenchError, TargetError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print(f"{prog}: stopped; no result written", file=sys.stderr)
+        return 130
+    path = write(report, options.out, prefix="two-keys")
+    for line in summary_lines(report):
+        print(line)
+    print(f"wrote {path}")
+    return 1 if report["errors"] else 0
 
 
 def run_command(

@@ -45,6 +45,9 @@ class BenchOptions:
     floor_rounds: int  # 0: no floor measurement
     out: Path
     plot: bool
+    scenario: str = "levels"  # or "two-keys" (two_keys.py)
+    victim_key: str | None = None  # two-keys with --url: the victim's key (the flood's is api_key)
+    victim_osl: int = 16
 
     def as_dict(self) -> dict:
         """Every setting, for the result file."""
@@ -54,6 +57,7 @@ class BenchOptions:
             "isl": self.isl.describe(), "osl": self.osl.describe(), "slo": self.slo.as_dict(),
             "endpoint": "chat" if self.chat else "completions",
             "api_key": "(set)" if self.api_key else None,
+            "victim_key": "(set)" if self.victim_key else None,
         }
         return {key: str(value) if isinstance(value, Path) else value for key, value in settings.items()}
 
@@ -72,6 +76,9 @@ def _numbers(text: str | None, kind: type, flag: str) -> tuple:
 
 def parser(prog: str = "inferno bench") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Benchmark an OpenAI-compatible server (docs/benchmarking.md).")
+    p.add_argument("--scenario", choices=("levels", "two-keys"), default="levels",
+                   help="levels: the load levels below (default); two-keys: one key floods at --concurrency (default "
+                        "32) with --osl outputs while another sends --requests one at a time (docs/benchmarking.md)")
     target = p.add_argument_group("target (one of --url or --engines-dir)")
     target.add_argument("--url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     target.add_argument("--engines-dir", type=Path, help="start an Inferno server on these engines, stop it after")
@@ -80,6 +87,7 @@ def parser(prog: str = "inferno bench") -> argparse.ArgumentParser:
     target.add_argument("--server-args", default="", help="extra `inferno serve` flags, one string")
     target.add_argument("--server-pid", type=int, help="measure the CPU of this local server process and its children")
     target.add_argument("--api-key", help="sent as a bearer token")
+    target.add_argument("--victim-key", help="two-keys with --url: the victim's key (the flood's is --api-key)")
     target.add_argument("--tokenizer", type=Path, help="folder with tokenizer.json, for exact prompt lengths with --url")
     target.add_argument("--engine-threads", type=int,
                         help="CPU threads of the hf engines the bench serves (default: all cores)")
@@ -96,6 +104,7 @@ def parser(prog: str = "inferno bench") -> argparse.ArgumentParser:
     lengths = p.add_argument_group("lengths")
     lengths.add_argument("--isl", type=int, default=128, help="prompt tokens (the mean with --length-dist lognormal)")
     lengths.add_argument("--osl", type=int, default=128, help="output tokens (the mean with --length-dist lognormal)")
+    lengths.add_argument("--victim-osl", type=int, default=16, help="two-keys: the victim's output tokens")
     lengths.add_argument("--length-dist", choices=("fixed", "lognormal"), default="fixed")
     lengths.add_argument("--length-sigma", type=float, default=0.6, help="lognormal sigma; lengths clipped to 1..4x mean")
     lengths.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
@@ -135,6 +144,11 @@ def _check_load(args: argparse.Namespace, concurrency: tuple, rates: tuple) -> N
     if args.warmup < 0 or args.timeout <= 0 or args.temperature < 0 or args.floor_rounds < 0:
         raise BenchError("--warmup and --floor-rounds must be >= 0, --timeout > 0 and --temperature >= 0")
     requests = args.requests or 32
+    if args.scenario == "two-keys":
+        if len(concurrency) > 1 or rates or args.trace or args.duration or args.victim_osl < 1:
+            raise BenchError("--scenario two-keys takes one --concurrency (the flood's), --requests (the victim's) "
+                             "and a positive --victim-osl; no --rate, --trace or --duration")
+        return
     if args.duration is None and concurrency and max(concurrency) > requests:
         raise BenchError(f"--requests {requests} is fewer than --concurrency {max(concurrency)}: the level would never reach it")
 
@@ -167,5 +181,5 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         isl=isl, osl=osl, ignore_eos=args.ignore_eos, chat=args.endpoint == "chat", temperature=args.temperature,
         slo=slo, exclude_threads=tuple(p.strip() for p in args.exclude_threads.split(",") if p.strip()),
         floor_rounds=args.floor_rounds,
-        out=args.out, plot=args.plot,
+        out=args.out, plot=args.plot, scenario=args.scenario, victim_key=args.victim_key, victim_osl=args.victim_osl,
     )

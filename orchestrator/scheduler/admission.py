@@ -1,5 +1,6 @@
 """Admission: the permits and the bounded queues in front of them. A request runs now, waits its
-turn, or is turned away; when a permit frees, `policy.pick_next` says whose turn it is.
+turn, or is turned away; when a permit frees, `policy.pick_next` says which model's turn it is and
+`policy.pick_key` which API key's on that model (fairness.py keeps what it decides from).
 
 Admission knows nothing of workers or memory: it tells its owner when a model goes idle and when the server
 as a whole turns busy or quiet, through the callbacks it is given.
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable
 
 from orchestrator.config import SchedulingConfig
 from orchestrator.errors import ModelUnavailable, QueueFull, ShuttingDown
 from orchestrator.scheduler import policy
 from orchestrator.scheduler.entries import ModelEntry, Waiter
+from orchestrator.scheduler.fairness import ANONYMOUS_TENANT, Metered, Tenant
 from orchestrator.scheduler.policy import Admission
 from orchestrator.scheduler.settings import Priority
 
@@ -31,15 +34,19 @@ class AdmissionControl:
         on_model_idle: Callable[[ModelEntry], None],
         on_busy: Callable[[], None],
         on_quiet: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
     ):
         """on_model_idle: a loaded model has nothing running or queued; on_busy: a request took a
-        permit; on_quiet: no request holds a permit any more."""
+        permit; on_quiet: no request holds a permit any more; clock: the scheduler's (monotonic seconds, for how
+        recently each key was active)."""
+        self._clock = clock
         self._entries = entries
         self._scheduling = scheduling
         self._on_model_idle = on_model_idle
         self._on_busy = on_busy
         self._on_quiet = on_quiet
         self._arrivals = itertools.count()
+        self._recheck: asyncio.TimerHandle | None = None  # dispatches again once permits kept for keys free up
         self.draining = False
         self.quiet = asyncio.Event()  # set while no request holds a permit
         self.quiet.set()
@@ -47,34 +54,40 @@ class AdmissionControl:
     def total_running(self) -> int:
         return sum(s.running for s in self._entries.values())
 
-    async def acquire(self, entry: ModelEntry, priority: Priority) -> None:
-        """Take a permit on the entry's model, waiting in its queue if need be.
+    async def acquire(self, entry: ModelEntry, priority: Priority, tenant: Tenant = ANONYMOUS_TENANT,
+                      request: Metered | None = None) -> None:
+        """Take a permit on the entry's model for `tenant` (its key), waiting in its queue if need be; `request`
+        is charged to the key as it is served (fairness.py).
 
-        Raises ShuttingDown while draining, QueueFull when the model's queue is full, and ModelUnavailable
-        when no permit frees within the queue timeout. Every successful acquire is paired with one `release`.
+        Raises ShuttingDown while draining, QueueFull when the model's queue is full (for this key: its share
+        of the queue), and ModelUnavailable when no permit frees within the queue timeout. Every successful
+        acquire is paired with one `release` of the same tenant and request.
         """
         if self.draining:
             raise ShuttingDown("the server is shutting down and takes no new requests",
                                retry_after_s=RETRY_AFTER_SHUTDOWN_S)
         entry.cancel_idle_timer()
-        decision = policy.admit(entry.load_view(), self.total_running(), self._scheduling.max_running_total)
+        queued, now = entry.queued_by_key(), self._clock()
+        entry.shares.activate(tenant, queued, now)
+        keys = entry.shares.loads(queued, now)
+        mine = next(k for k in keys if k.key == tenant.key)
+        decision = policy.admit(entry.load_view(), self.total_running(), self._scheduling.max_running_total,
+                                mine, keys)
         if decision is Admission.RUN:
-            self._take(entry)
+            self._take(entry, tenant, request)
             return
         if decision is Admission.REJECT:
-            raise QueueFull(
-                f"model '{entry.name}' has {entry.queued} requests queued (the limit is {entry.max_queue}); retry shortly",
-                retry_after_s=RETRY_AFTER_QUEUE_FULL_S,
-            )
-        await self._wait(entry, priority)
+            raise QueueFull(_queue_full(entry, mine, keys), retry_after_s=RETRY_AFTER_QUEUE_FULL_S)
+        await self._wait(entry, priority, tenant, request)
 
-    async def _wait(self, entry: ModelEntry, priority: Priority) -> None:
+    async def _wait(self, entry: ModelEntry, priority: Priority, tenant: Tenant, request: Metered | None) -> None:
         """Wait in the queue until granted a permit (by `_dispatch`), refused (timeout, drain) or cancelled.
 
         Granting and expiring both settle the one future, so only the first counts. A request cancelled
         after it was granted, before it could run, passes its permit on."""
-        waiter = Waiter.make(priority, next(self._arrivals))
+        waiter = Waiter.make(priority, next(self._arrivals), tenant, request)
         entry.enqueue(waiter)
+        self._dispatch()  # a permit kept free for this key, or for none any more, goes to whoever's turn it is
         expiry = asyncio.get_running_loop().call_later(self._scheduling.queue_timeout_s, self._expire, entry, waiter)
         try:
             await waiter.future
@@ -82,7 +95,7 @@ class AdmissionControl:
             if waiter in entry.waiters:
                 entry.waiters.remove(waiter)
             if waiter.granted:
-                self.release(entry)
+                self.release(entry, tenant, request)
             raise
         finally:
             expiry.cancel()
@@ -96,9 +109,12 @@ class AdmissionControl:
                 )
             )
 
-    def release(self, entry: ModelEntry) -> None:
-        """Give back a permit: hand free permits to waiters, then report idleness."""
+    def release(self, entry: ModelEntry, tenant: Tenant = ANONYMOUS_TENANT, request: Metered | None = None) -> None:
+        """Give back a permit: settle what the request was served, hand free permits to waiters, then report
+        idleness."""
         entry.running -= 1
+        if request is not None:
+            entry.shares.finish(tenant, request, self._clock())
         self._dispatch()
         if entry.idle:
             self._on_model_idle(entry)
@@ -106,24 +122,45 @@ class AdmissionControl:
             self.quiet.set()
             self._on_quiet()
 
-    def _take(self, entry: ModelEntry) -> None:
+    def _take(self, entry: ModelEntry, tenant: Tenant, request: Metered | None) -> None:
         entry.running += 1
+        if request is not None:
+            entry.shares.start(tenant, request)
         self.quiet.clear()
         self._on_busy()
 
     def _dispatch(self) -> None:
-        """Hand free permits to waiters, in the order the policy picks."""
+        """Hand free permits to waiters, in the order the policy picks: the model, then the key on it."""
         limit = self._scheduling.max_running_total
         while True:
-            views = [s.load_view() for s in self._entries.values() if s.waiters]
+            turns = {name: self._turn(entry) for name, entry in self._entries.items() if entry.waiters}
+            views = [self._entries[name].load_view() for name, turn in turns.items() if turn is not None]
             name = policy.pick_next(views, self.total_running(), limit)
             if name is None:
+                self._recheck_later()
                 return
             entry = self._entries[name]
-            waiter = entry.waiters.pop(0)
+            waiter = entry.next_waiter(turns[name].key)
             if not waiter.future.done():
-                self._take(entry)
+                self._take(entry, waiter.tenant, waiter.request)
                 waiter.future.set_result(True)
+
+    def _recheck_later(self) -> None:
+        """While a waiter waits beside a free permit (kept for a key present on the model), dispatch again when
+        that key's presence may have ended."""
+        if self._recheck is not None or self.total_running() >= self._scheduling.max_running_total:
+            return
+        if any(entry.waiters and entry.running < entry.max_concurrency for entry in self._entries.values()):
+            self._recheck = asyncio.get_running_loop().call_later(self._scheduling.key_presence_s + 0.01,
+                                                                  self._recheck_now)
+
+    def _recheck_now(self) -> None:
+        self._recheck = None
+        self._dispatch()
+
+    def _turn(self, entry: ModelEntry) -> policy.KeyTurn | None:
+        free = entry.max_concurrency - entry.running
+        return policy.pick_key(entry.key_loads(self._clock()), entry.max_concurrency, free) if free > 0 else None
 
     def drain(self) -> None:
         """From now on new requests are refused, and queued ones are turned away; running ones go on."""
@@ -142,3 +179,12 @@ class AdmissionControl:
         except TimeoutError:
             return False
         return True
+
+
+def _queue_full(entry: ModelEntry, key: policy.KeyLoad, keys: list[policy.KeyLoad]) -> str:
+    """The refusal's message: the model's queue is full, and the caller holds its share of it."""
+    if len([k for k in keys if k.active or k.key == key.key]) <= 1:
+        return f"model '{entry.name}' has {entry.queued} requests queued (the limit is {entry.max_queue}); retry shortly"
+    return (f"model '{entry.name}' has {entry.queued} requests queued (the limit is {entry.max_queue}) and key "
+            f"'{key.key}' holds {key.queued} of them, its share ({policy.share(entry.max_queue, key, keys)}); "
+            "retry shortly")

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import Catalogue, Engine
+from orchestrator.scheduler.fairness import ANONYMOUS_TENANT, KeyShares, Metered, Tenant
 from orchestrator.scheduler.observe import ModelSnapshot
-from orchestrator.scheduler.policy import ModelLoad
+from orchestrator.scheduler.policy import KeyLoad, ModelLoad
 from orchestrator.scheduler.settings import ModelSettings, Priority, load_model_settings
 from orchestrator.supervisor.handle import WorkerHandle
 
@@ -32,11 +34,14 @@ class Waiter:
     future: asyncio.Future = field(compare=False)
     priority: Priority = field(compare=False)
     arrival: int = field(compare=False)
+    tenant: Tenant = field(default=ANONYMOUS_TENANT, compare=False)
+    request: Metered | None = field(default=None, compare=False)  # charged to its key once granted
 
     @classmethod
-    def make(cls, priority: Priority, arrival: int) -> Waiter:
+    def make(cls, priority: Priority, arrival: int, tenant: Tenant = ANONYMOUS_TENANT,
+             request: Metered | None = None) -> Waiter:
         future = asyncio.get_running_loop().create_future()
-        return cls((-int(priority), arrival), future, priority, arrival)
+        return cls((-int(priority), arrival), future, priority, arrival, tenant, request)
 
     @property
     def granted(self) -> bool:
@@ -58,6 +63,7 @@ class ModelEntry:
     worker: WorkerHandle | None = None
     running: int = 0
     waiters: list[Waiter] = field(default_factory=list)
+    shares: KeyShares = field(default_factory=KeyShares)  # fairness between the keys using it
     last_used: float = 0.0  # when it last finished a request (the scheduler's clock)
     loads: int = 0
     load_failures: int = 0
@@ -86,6 +92,23 @@ class ModelEntry:
 
     def enqueue(self, waiter: Waiter) -> None:
         bisect.insort(self.waiters, waiter)
+
+    def queued_by_key(self) -> Counter[str]:
+        return Counter(waiter.tenant.key for waiter in self.waiters)
+
+    def key_loads(self, now: float) -> list[KeyLoad]:
+        """Every key's state on this model, with the best class each has waiting (its oldest waiter of it)."""
+        heads: dict[str, Waiter] = {}
+        for waiter in self.waiters:  # best first, so a key's first waiter is its head
+            heads.setdefault(waiter.tenant.key, waiter)
+        loads = self.shares.loads(self.queued_by_key(), now)
+        return [replace(load, head_priority=heads[load.key].priority, head_arrival=heads[load.key].arrival)
+                if load.key in heads else load for load in loads]
+
+    def next_waiter(self, key: str) -> Waiter:
+        """The key's best waiter (highest priority, oldest), taken off the queue."""
+        index = next(i for i, waiter in enumerate(self.waiters) if waiter.tenant.key == key)
+        return self.waiters.pop(index)
 
     def load_view(self) -> ModelLoad:
         head = self.waiters[0] if self.waiters else None
@@ -150,6 +173,7 @@ def build_entries(config: ServerConfig, catalogue: Catalogue, now: float) -> dic
             max_queue=own.max_queue if own.max_queue is not None else config.scheduling.max_queue,
             pinned=own.pinned,
             last_used=now,
+            shares=KeyShares(config.scheduling.key_presence_s),
         )
     return entries
 

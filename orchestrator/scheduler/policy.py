@@ -6,6 +6,7 @@ reads a clock, or touches a process, so each rule is tested with plain values.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -34,13 +35,23 @@ class ModelLoad:
     head_arrival: float = 0.0  # arrival order of that class's oldest waiter
 
 
-def admit(model: ModelLoad, total_running: int, max_running_total: int) -> Admission:
-    """What a newly arrived request for `model` does. Waiters are only ever blocked by a full model or a
-    full device (they are granted as soon as either frees), so a request may run at once only if both have
-    room and nobody of its model waits ahead of it."""
-    if model.running < model.max_concurrency and total_running < max_running_total and model.queued == 0:
+def admit(model: ModelLoad, total_running: int, max_running_total: int, key: KeyLoad | None = None,
+          keys: list[KeyLoad] | None = None) -> Admission:
+    """What a newly arrived request for `model` does. Waiters are only ever blocked by a full model, a full
+    device or a permit kept for another key (they are granted as soon as one frees), so a request may run at
+    once only if both have room, nobody of its model waits ahead of it and its key `may_take` a permit.
+
+    The queue bound is shared between keys: once the model's queue holds `max_queue`, a key below its share of
+    it (`share`, among the keys present on the model) still queues, and a key at its share is refused. So one
+    key's flood fills its own share, never another key's (the queue holds at most twice `max_queue`). `key` is
+    the caller's state on the model and `keys` every key's there; without them (one caller) the model's bound
+    is the key's."""
+    keys = keys or []
+    free = model.max_concurrency - model.running
+    if free > 0 and total_running < max_running_total and model.queued == 0 and (
+            key is None or may_take(key, keys, model.max_concurrency, free)):
         return Admission.RUN
-    if model.queued >= model.max_queue:
+    if model.queued >= model.max_queue and (key is None or key.queued >= share(model.max_queue, key, keys)):
         return Admission.REJECT
     return Admission.QUEUE
 
@@ -60,6 +71,94 @@ def pick_next(models: list[ModelLoad], total_running: int, max_running_total: in
     best = max(m.head_priority for m in eligible)
     contenders = [m for m in eligible if m.head_priority == best]
     return min(contenders, key=lambda m: (m.running / m.weight, m.head_arrival)).name
+
+
+# -- fairness between keys ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyLoad:
+    """One API key's state on one model, for fairness between keys. `counter` is its virtual token counter: the
+    tokens served to it divided by its weight (`fairness.py` keeps it). A key is present on the model while it
+    has requests running or queued there, and for a while after (`scheduling.key_presence_s`): a client that
+    sends one request after another is between two of them most of the time."""
+
+    key: str
+    running: int = 0  # permits its requests hold on the model
+    queued: int = 0
+    counter: float = 0.0
+    weight: float = 1.0
+    head_priority: Priority | None = None  # the best priority class it has waiting
+    head_arrival: int = 0  # arrival order of its oldest waiter of that class
+    recent: bool = False  # it was active on the model within the presence time
+
+    @property
+    def active(self) -> bool:
+        return self.running > 0 or self.queued > 0
+
+    @property
+    def present(self) -> bool:
+        return self.active or self.recent
+
+
+def share(total: int, key: KeyLoad, keys: list[KeyLoad]) -> int:
+    """A key's share of `total` (permits or queue places) among the keys present, itself counted whether present
+    or not: in proportion to its weight, rounded up, at least one (of a total above zero: a queue of none has
+    no place for anyone)."""
+    if total <= 0:
+        return 0
+    weights = key.weight + sum(k.weight for k in keys if k.present and k.key != key.key)
+    return max(1, math.ceil(total * key.weight / weights))
+
+
+def kept_free(key: KeyLoad, keys: list[KeyLoad], max_concurrency: int) -> int:
+    """Permits kept free from `key` when it holds its share: one for each other key present on the model, below
+    its share and not waiting (its next request then runs at once instead of waiting for a long one to end)."""
+    return sum(1 for k in keys if k.key != key.key and k.present and k.head_priority is None
+               and k.running < share(max_concurrency, k, keys))
+
+
+def may_take(key: KeyLoad, keys: list[KeyLoad], max_concurrency: int, free: int) -> bool:
+    """Whether `key` may take one of the model's `free` permits: below its share always, at or above it only
+    while that leaves the permits kept for other keys (`kept_free`)."""
+    return key.running < share(max_concurrency, key, keys) or free - 1 >= kept_free(key, keys, max_concurrency)
+
+
+@dataclass(frozen=True)
+class KeyTurn:
+    key: str
+    reason: str
+
+
+def pick_key(keys: list[KeyLoad], max_concurrency: int, free: int) -> KeyTurn | None:
+    """Whose waiter gets one of the model's `free` permits: among the keys waiting in the best priority class,
+    those below their share of the permits first, then the lowest virtual token counter (Sheng et al., "Fairness
+    in Serving Large Language Models", OSDI 2024), the oldest waiter on a tie. A key at or above its share keeps
+    what it runs (nothing is preempted) and takes more only while the permits kept for other present keys stay
+    free (`may_take`). None: nobody waits, or the free permits are kept for keys that do not wait now."""
+    waiting = [k for k in keys if k.head_priority is not None]
+    if not waiting:
+        return None
+    best = max(k.head_priority for k in waiting)
+    contenders = [k for k in waiting if k.head_priority == best]
+    below = [k for k in contenders if k.running < share(max_concurrency, k, keys)]
+    allowed = below or [k for k in contenders if may_take(k, keys, max_concurrency, free)]
+    if not allowed:
+        return None
+    chosen = min(allowed, key=lambda k: (k.counter, k.head_arrival))
+    if len(contenders) == 1:
+        return KeyTurn(chosen.key, "the only key waiting")
+    if below and len(below) < len(contenders):
+        held = ", ".join(sorted(k.key for k in contenders if k not in below))
+        return KeyTurn(chosen.key, f"below its share of permits, which {held} already hold; then the fewest tokens")
+    return KeyTurn(chosen.key, f"the fewest tokens served per unit of weight ({chosen.counter:.0f})")
+
+
+def lifted_counter(counter: float, keys: list[KeyLoad]) -> float:
+    """The counter of a key that becomes active on a model: lifted to the lowest counter of the keys already
+    active there, so that time spent idle is not banked as credit against them."""
+    active = [k.counter for k in keys if k.active]
+    return max(counter, min(active)) if active else counter
 
 
 # -- placement ----------------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from orchestrator.lifecycle import InferenceRequest, RequestStatus
 from orchestrator.scheduler.admin import AdminOperations
 from orchestrator.scheduler.admission import RETRY_AFTER_SHUTDOWN_S, AdmissionControl
 from orchestrator.scheduler.entries import ModelEntry, ModelState, build_entries
+from orchestrator.scheduler.fairness import ANONYMOUS_TENANT, Tenant
 from orchestrator.scheduler.ledger import DeviceProbe, MemoryLedger, detect_probe
 from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot, NoEvents, SchedulerEvents
 from orchestrator.scheduler.placement import ModelPlacement
@@ -113,6 +114,7 @@ class Scheduler:
             on_model_idle=self._placement.model_idle,
             on_busy=workers.server_busy,
             on_quiet=workers.server_quiet,
+            clock=clock,
         )
         self._admin = AdminOperations(self._entry_for, self._admission, self._placement, self._ledger, clock)
         self._started = False
@@ -214,8 +216,10 @@ class Scheduler:
 
     # -- the request path ---------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def lease(self, request: InferenceRequest, priority: Priority | None = None) -> AsyncIterator[WorkerHandle]:
-        """A permit on the request's model and its loaded worker, for the duration of the block.
+    async def lease(self, request: InferenceRequest, priority: Priority | None = None,
+                    tenant: Tenant = ANONYMOUS_TENANT) -> AsyncIterator[WorkerHandle]:
+        """A permit on the request's model and its loaded worker, for the duration of the block; `tenant` (the
+        caller's key) shares the model fairly with other keys, charged the tokens the request is served.
 
         Waiting for a permit and for the model's load together take at most the queue timeout (then 503 with
         Retry-After). Leaving cancels the request's unfinished engine requests; a request that finished well
@@ -224,7 +228,8 @@ class Scheduler:
         entry = self._entry_for(request.model)
         self._placement.check_backoff(entry)
         deadline = self._clock() + self._config.scheduling.queue_timeout_s
-        await self._admission.acquire(entry, entry.settings.priority_class if priority is None else priority)
+        await self._admission.acquire(entry, entry.settings.priority_class if priority is None else priority, tenant,
+                                      request)
         worker = None
         try:
             worker = await self._placement.ensure_loaded(entry, within_s=max(0.0, deadline - self._clock()))
@@ -243,7 +248,7 @@ class Scheduler:
             if request.status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH):
                 entry.consecutive_failures = 0
             entry.last_used = self._clock()
-            self._admission.release(entry)
+            self._admission.release(entry, tenant, request)
 
     # -- by hand (the admin API) --------------------------------------------------------------------------
     async def load(self, model: str) -> ModelSnapshot:

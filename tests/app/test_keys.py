@@ -44,6 +44,11 @@ def keys_flags(tmp_path, catalogue):
         [keys.ops]
         key = "{hash_key('sk-ops')}"
         admin = true
+        [keys.quad]
+        key = "{hash_key('sk-quad')}"
+        max_concurrent = 4
+        tokens_per_minute = 2000
+        weight = 2
     """)
     return "--auth.keys-file", str(path)
 
@@ -131,6 +136,36 @@ def test_tokens_per_minute_count_the_completion_at_the_end(catalogue, keys_flags
     big, refused, retry_after, body = asyncio.run(go())
     assert big == 200 and refused == 429 and int(retry_after) > 0
     assert "key 'thrifty' is over its limit of 600 tokens per minute" in body["error"]["message"]
+
+
+def test_choices_count_as_concurrent_requests_and_tokens_per_minute_reserve_them_then_refund(catalogue, keys_flags):
+    async def go():
+        async with running_app(catalogue, *keys_flags) as app:
+            async def live() -> dict:
+                report = await (await app.client.get("/admin/usage", headers=bearer("sk-ops"))).json()
+                return report["keys"]["quad"]
+
+            asking = asyncio.create_task(chat(app, "sk-quad", n=4, max_tokens=300))
+            submitted = [await app.workers.next_submit() for _ in range(4)]
+            during = await live()
+            crowded = await chat(app, "sk-quad")  # n = 4 holds all four of its concurrent requests
+            too_many = await chat(app, "sk-quad", n=5)
+            for worker, request in submitted:
+                worker.emit(request.id, "Hi", tokens=5, finish=FinishReason.STOP)
+            body = await (await asking).json()
+            return during, crowded.status, await crowded.json(), too_many, await too_many.json(), body, await live()
+
+    during, crowded, crowded_body, too_many, too_many_body, body, after = asyncio.run(go())
+    prompt = body["usage"]["prompt_tokens"]
+    assert during["limits"]["weight"] == 2
+    assert during["now"]["running"] == 4
+    assert during["now"]["tokens_left"] == pytest.approx(2000 - prompt - 4 * 300, abs=1)  # reserved on admission
+    assert crowded == 429 and "already has 4 requests running" in crowded_body["error"]["message"]
+    assert too_many.status == 429 and "Retry-After" not in too_many.headers  # it never could run
+    assert "asks for 5 choices (n)" in too_many_body["error"]["message"]
+    assert body["usage"]["completion_tokens"] == 20
+    assert after["now"]["running"] == 0
+    assert after["now"]["tokens_left"] == pytest.approx(2000 - prompt - 20, abs=1)  # the unused reservation came back
 
 
 def test_a_batch_key_runs_as_batch_whatever_it_asks(catalogue, keys_flags):

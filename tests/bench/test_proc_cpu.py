@@ -91,10 +91,12 @@ def test_a_thread_that_exits_in_between_stays_in_the_process_total(child):
 
     (process,), _ = tree_cpu(before, after, {}, exclude=())
     assert process.role.startswith("child:python")
-    assert process.cpu_s >= BURN_S - TICK_S
-    gone = next(t for t in process.threads if t.name == "(exited threads)")
-    assert gone.cpu_s >= BURN_S - TICK_S
+    assert process.cpu_s >= BURN_S - TICK_S  # the exited thread's CPU stays in the process's total
     assert "spinner" not in {t.name for t in process.threads}
+    # What the live threads do not account for is shown as "(exited threads)". Its size is not asserted: the
+    # kernel scales each thread's and the process's user/system split separately (cputime_adjust), so on a
+    # busy machine the live threads' sum can take some of what the exited one burned.
+    assert sum(t.cpu_s for t in process.threads) >= process.cpu_s - 1e-9
 
 
 def test_a_process_that_exits_in_between_is_reported(child):

@@ -91,7 +91,7 @@ def make_admission(tmp_path: Path, model_settings: str, **scheduling) -> tuple[A
     config = server_config(tmp_path, 2, model_settings, **scheduling)
     entries = build_entries(config, catalogue({"alpha": 1}), asyncio.get_running_loop().time())
     admission = AdmissionControl(entries, config.scheduling, on_model_idle=lambda _: None, on_busy=lambda: None,
-                                 on_quiet=lambda: None)
+                                 on_quiet=lambda: None, clock=asyncio.get_running_loop().time)
     return admission, entries["alpha"]
 
 

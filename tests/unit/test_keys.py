@@ -31,6 +31,7 @@ def test_a_hashed_key_is_found_by_its_key_with_its_policy_and_the_defaults(tmp_p
         tokens_per_minute = 1000
         max_concurrent = 2
         priority = "batch"
+        weight = 2.5
         [keys.ops]
         key = "{hash_key('sk-ops')}"
         admin = true
@@ -45,6 +46,7 @@ def test_a_hashed_key_is_found_by_its_key_with_its_policy_and_the_defaults(tmp_p
     assert alice.max_concurrent == 2 and alice.priority is Priority.BATCH and not alice.admin
     assert alice.may_use("small") and not alice.may_use("large")
     assert ops.admin and ops.models is None and ops.requests_per_minute == 5 and ops.may_use("large")
+    assert alice.weight == 2.5 and ops.weight == 1.0  # a key's share next to others; 1 unless it says
 
 
 def test_json_works_the_same_and_plain_keys_work_with_a_warning(tmp_path, caplog):
@@ -71,6 +73,7 @@ def test_compatibility_keys_are_named_by_position_and_may_be_hashed():
         ('[keys.a]\nkey = "x"\n[keys.b]\nkey = "x"\n', "the keys 'a' and 'b' are the same key"),
         ('[keys.a]\nkey = "x"\npriority = "urgent"\n', "key 'a'"),
         ('[keys.a]\nkey = "x"\nrequests_per_minute = 0\n', "greater than or equal to 1"),
+        ('[keys.a]\nkey = "x"\nweight = 0\n', "weight"),
         ('[keys.a]\nmodels = ["small"]\n', "key 'a'"),
         ('[keys."a b"]\nkey = "x"\n', "use 1 to 64 letters"),
         ('[keys.a]\nkey = "x"\ncolour = "red"\n', "colour"),

@@ -145,6 +145,8 @@ class CountTokensRequest(_Wire):
 class MessagesRequest(CountTokensRequest):
     """The body of `POST /v1/messages` (one answer: the API has no `n`)."""
 
+    choices_asked: ClassVar[int] = 1  # one message per request
+
     max_tokens: Annotated[int, Field(ge=1)]
     stop_sequences: Annotated[list[StopString], Field(max_length=FIELD_BOUNDS.stop_strings)] | None = None
     temperature: Annotated[Finite, Field(ge=0, le=FIELD_BOUNDS.temperature)] | None = None

@@ -145,6 +145,7 @@ class ResponsesRequest(_Wire):
     """The body of `POST /v1/responses` (one answer: the API has no `n`)."""
 
     PROMPT_PARAM: ClassVar[str] = "input"
+    choices_asked: ClassVar[int] = 1  # one output per response
 
     model: str
     input: text_or(list[InputItem])
