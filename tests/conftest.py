@@ -145,13 +145,16 @@ def server(hf_server: ServerProcess) -> ServerProcess:
     return hf_server
 
 
-def scrape(base_url: str) -> dict[tuple[str, tuple], float]:
-    """Every sample of the server's /metrics, keyed by (name, sorted label pairs)."""
+def scrape(base_url: str, scrape_key: str | None = None) -> dict[tuple[str, tuple], float]:
+    """Every sample of the server's /metrics (read with `scrape_key` where keys guard it), keyed by (name, sorted
+    label pairs)."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = urllib.request.urlopen(f"{base_url}/metrics", timeout=10).read().decode()
+    headers = {"Authorization": f"Bearer {scrape_key}"} if scrape_key else {}
+    request = urllib.request.Request(f"{base_url}/metrics", headers=headers)
+    text = urllib.request.urlopen(request, timeout=10).read().decode()
     samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -159,9 +162,9 @@ def scrape(base_url: str) -> dict[tuple[str, tuple], float]:
     return samples
 
 
-def metric(base_url: str, name: str, **labels) -> float:
+def metric(base_url: str, name: str, scrape_key: str | None = None, **labels) -> float:
     """One sample's value (0 when the series does not exist yet)."""
-    return scrape(base_url).get((name, tuple(sorted(labels.items()))), 0.0)
+    return scrape(base_url, scrape_key).get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 def wait_for(condition, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):

@@ -14,6 +14,7 @@ and `auth.admin_key` (best given as INFERNO_AUTH__* variables, never on a comman
     priority = "batch"               # or "interactive"
     weight = 2                       # its share of a model next to other keys (default 1; docs/security.md)
     admin = false                    # may use /admin
+    metrics = false                  # may read /metrics (admin keys may too); a scrape key: models = []
 
 A key is stored hashed, `sha256:<64 hex digits>` (the SHA-256 of the key's text; `inferno keys new` makes
 one), or as plain text. Presented keys are looked up by their SHA-256 digest, so a stored hash works just
@@ -59,6 +60,11 @@ class KeyPolicy:
     priority: Priority | None = None  # the default class of its requests, and the best they may ask for
     admin: bool = False
     weight: float = 1.0  # its share of a model's permits, queue and tokens, relative to the other keys
+    metrics: bool = False  # may read /metrics, once keys are configured (an admin key may too)
+
+    @property
+    def may_scrape(self) -> bool:
+        return self.metrics or self.admin
 
     def may_use(self, model: str) -> bool:
         return self.models is None or model in self.models
@@ -84,6 +90,7 @@ class _Limits(BaseModel):
     priority: Literal["interactive", "batch"] | None = None
     admin: bool = False
     weight: float = Field(1.0, gt=0, le=1000)
+    metrics: bool = False
 
 
 class _Key(_Limits):
@@ -237,4 +244,5 @@ def _policy(name: str, entry: _Key) -> KeyPolicy:
         priority=None if entry.priority is None else Priority.parse(entry.priority),
         admin=entry.admin,
         weight=entry.weight,
+        metrics=entry.metrics,
     )

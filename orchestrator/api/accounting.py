@@ -11,7 +11,7 @@ from aiohttp import web
 
 from orchestrator.access.audit import AuditLog
 from orchestrator.access.usage import UsageMeter
-from orchestrator.api.auth import OPEN_PATHS
+from orchestrator.api.auth import UNAUDITED_PATHS
 from orchestrator.api.record import RequestRecord
 from orchestrator.lifecycle import InferenceRequest
 
@@ -41,7 +41,7 @@ def _settle(http: web.Request, record: RequestRecord, status: int, usage: UsageM
     if record.generation and record.model is not None and key is not None:
         usage.record(key, record.model, status, prompt_tokens, completion_tokens,
                      _engine_seconds(request) if ran else 0.0)
-    if audit.enabled and http.path not in OPEN_PATHS:
+    if audit.enabled and http.path not in UNAUDITED_PATHS:
         audit.write(_audit_entry(http, record, status, audit.include_text))
 
 

@@ -1,7 +1,8 @@
 """API keys (access/keys.py), sent as `Authorization: Bearer` or as Anthropic's `x-api-key`: none configured means an open server (a local default) where every caller is
 `anonymous` (an admin on loopback; never on a server opened with --auth.allow-open); once keys are configured,
-/v1 and the other API routes need a key and /admin a key with admin rights. Health, readiness and metrics stay
-open for probes and scrapers (readiness in detail only for an admin key). The key's policy goes on the
+/v1 and the other API routes need a key, /admin a key with admin rights, and /metrics (which names every key and
+model) a key with `metrics = true` or admin rights: Prometheus's scrape key. Health and readiness stay open for
+probes (readiness in detail only for an admin key). The key's policy goes on the
 request's record for the model checks (access.py) and limits further in."""
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from orchestrator.access.keys import KeyRing
 from orchestrator.api.record import record_of
 from orchestrator.errors import Unauthorized
 
-OPEN_PATHS = ("/health", "/ready", "/metrics")
+OPEN_PATHS = ("/health", "/ready")
+METRICS_PATH = "/metrics"
+UNAUDITED_PATHS = (*OPEN_PATHS, METRICS_PATH)  # probes and scrapes, every few seconds: not worth an audit line
 
 
 def _presented(http: web.Request) -> str | None:
@@ -41,7 +44,11 @@ def auth_middleware(keys: KeyRing):
         if http.path in OPEN_PATHS:
             record.caller = policy  # a key is not needed here; what it is decides how much /ready tells
             return await handler(http)
-        if http.path.startswith("/admin"):
+        if http.path == METRICS_PATH:
+            if policy is None or not policy.may_scrape:
+                raise Unauthorized("/metrics needs a scrape key (metrics = true in the keys file) or an admin key: "
+                                   "Authorization: Bearer <key>")
+        elif http.path.startswith("/admin"):
             if not admins:
                 raise Unauthorized("the admin API is disabled: API keys are set but no admin key is")
             if policy is None or not policy.admin:

@@ -117,6 +117,7 @@ class Generation:
     stream: bool
     echo: str | None = None  # completions' echo: the prompt's text, put before the answer
     system_prefix_tokens: int = 0  # a conversation's leading tokens before its first user message (system_prefix)
+    cache_salt: str | None = None  # the request's own prefix cache salt (api/cache_salt.py); None: its key's
 
 
 def chat_prompt(engine: Engine, messages: list[dict], plan: OutputPlan, template_kwargs: dict | None,
@@ -128,7 +129,7 @@ def chat_prompt(engine: Engine, messages: list[dict], plan: OutputPlan, template
     shaped = prompt_messages(messages, plan.tools, fmt,
                              template_reads_tools=template_supports_tools(engine.prompts.chat_template))
     return engine.prompts.encode_chat(shaped.messages, template_kwargs or {}, add_generation_prompt,
-                                      tools=shaped.tools)
+                                      tools=shaped.tools, specials_in_content=engine.special_tokens_in_content)
 
 
 def system_prefix(engine: Engine, messages: list[dict], plan: OutputPlan, template_kwargs: dict | None,
@@ -194,10 +195,11 @@ def max_new_tokens(engine: Engine, generation: Generation, ceiling: int | None) 
 
 
 def inference_request(
-    engine: Engine, generation: Generation, *, id_prefix: str, priority: int = 0, ceiling: int | None = None
+    engine: Engine, generation: Generation, *, id_prefix: str, priority: int = 0, ceiling: int | None = None,
+    salt: str = "",
 ) -> InferenceRequest:
-    """The checked, engine-ready request: one engine request per choice; raises the taxonomy's 400s naming the
-    field."""
+    """The checked, engine-ready request: one engine request per choice, each with the prefix cache `salt`;
+    raises the taxonomy's 400s naming the field."""
     fields, plan = generation.fields, generation.plan
     max_new = max_new_tokens(engine, generation, ceiling)
     vocab_size = engine.prompts.tokenizer.get_vocab_size(with_added_tokens=True)
@@ -227,6 +229,7 @@ def inference_request(
                 tool_calls=plan.tool_calls,
                 reasoning=plan.reasoning,
                 system_prefix_tokens=generation.system_prefix_tokens,
+                cache_salt=salt,
             ),
         )
         for i in range(generation.n)

@@ -10,7 +10,7 @@
    tokenizer) and `engine_requests.inference_request`, on a thread for a big body (body.py), which decides once
    how many tokens each choice may generate: what was asked (refused above the model's `max_tokens` ceiling
    from models.toml, or beyond the context), else the API's default or what the context leaves, capped by the
-   ceiling;
+   ceiling; and the salt of the prefix cache it may use (cache_salt.py: the caller's key, or its own salt);
 5. the key's tokens per minute: the prompt's tokens and every choice's `max_tokens` are reserved (429 with
    Retry-After); what the request did not use is given back when it ends.
 
@@ -25,9 +25,10 @@ from typing import Protocol
 
 from aiohttp import web
 
-from orchestrator.access.keys import ANONYMOUS
+from orchestrator.access.keys import ANONYMOUS, KeyPolicy
 from orchestrator.api.access import model_view
 from orchestrator.api.body import off_loop
+from orchestrator.api.cache_salt import cache_salt
 from orchestrator.api.engine_requests import Generation, inference_request
 from orchestrator.api.record import RequestRecord, record_of
 from orchestrator.api.state import STATE
@@ -80,7 +81,7 @@ async def prepare_generation(http: web.Request, wire: FrontDoorRequest, id_prefi
     admit_caller(http, wire.choices_asked)
     await off_loop(http, _check_prompt_chars, wire, model.engine, record.body_bytes)
     request = await off_loop(http, _inference_request, wire, model.engine, id_prefix, priority.in_engine,
-                             model.settings.max_tokens)
+                             model.settings.max_tokens, record.caller)
     record.inference = request
     if record.limiter is not None:
         most = sum(choice.engine_request.max_new_tokens for choice in request.choices)
@@ -103,8 +104,11 @@ def admit_caller(http: web.Request, choices: int = 1) -> None:
 
 
 def _inference_request(wire: FrontDoorRequest, engine: Engine, id_prefix: str, priority: int,
-                       ceiling: int | None) -> InferenceRequest:
-    return inference_request(engine, wire.generation(engine), id_prefix=id_prefix, priority=priority, ceiling=ceiling)
+                       ceiling: int | None, caller: KeyPolicy | None) -> InferenceRequest:
+    generation = wire.generation(engine)
+    salt = cache_salt(caller, generation.cache_salt)
+    return inference_request(engine, generation, id_prefix=id_prefix, priority=priority, ceiling=ceiling,
+                             salt=salt)
 
 
 @functools.cache

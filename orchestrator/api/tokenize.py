@@ -52,11 +52,12 @@ def _answer(engine, tokens: list[int], token_strs: bool) -> web.Response:
     )
 
 
-def _tokens(prompts, wire: TokenizeChat | TokenizeText) -> list[int]:
+def _tokens(engine, wire: TokenizeChat | TokenizeText) -> list[int]:
+    prompts = engine.prompts
     if isinstance(wire, TokenizeChat):
         messages = [m.as_template_input() for m in wire.messages]
         return prompts.encode_chat(messages, wire.chat_template_kwargs or {}, wire.add_generation_prompt,
-                                   wire.add_special_tokens)
+                                   wire.add_special_tokens, specials_in_content=engine.special_tokens_in_content)
     return prompts.encode_text(wire.prompt, wire.add_special_tokens)
 
 
@@ -69,7 +70,7 @@ async def tokenize(http: web.Request) -> web.Response:
     wire = validate(body, TokenizeChat if chat else TokenizeText)
     engine = model_view(http, wire.model).engine
     admit_caller(http)
-    tokens = await off_loop(http, _tokens, engine.prompts, wire)
+    tokens = await off_loop(http, _tokens, engine, wire)
     return await off_loop(http, _answer, engine, tokens, wire.return_token_strs)
 
 

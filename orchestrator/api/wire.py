@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from orchestrator.api.cache_salt import MAX_CACHE_SALT_CHARS
 from orchestrator.api.engine_requests import (
     Generation,
     SamplingFields,
@@ -131,6 +132,7 @@ class _GenerationRequest(_Wire):
         dict[str, Annotated[Finite, Field(ge=-FIELD_BOUNDS.logit_bias, le=FIELD_BOUNDS.logit_bias)]],
         Field(max_length=FIELD_BOUNDS.logit_bias_entries),
     ] | None = None
+    cache_salt: Annotated[str, Field(min_length=1, max_length=MAX_CACHE_SALT_CHARS)] | None = None  # api/cache_salt.py
     user: str | None = None
     service_tier: str | None = None  # "flex" runs as batch priority, "priority" as interactive
     nvext: NvExt | None = None
@@ -231,6 +233,7 @@ class _GenerationRequest(_Wire):
             max_tokens=self.requested_max_tokens(), max_tokens_param=self.max_tokens_param(),
             default_max_tokens=self.DEFAULT_MAX_TOKENS, n=self.n, stream=self.stream,
             echo=self.echo_text(engine, prompt), system_prefix_tokens=self.system_prefix(engine, plan, prompt),
+            cache_salt=self.cache_salt,
         )
 
     def to_inference_request(self, engine: Engine, id_prefix: str, priority: int = 0,

@@ -23,6 +23,9 @@ class Engine:
     # The model's retain_system_prompt setting, as served (scheduler/entries.py): the HTTP side counts each
     # conversation's system prefix only for models that keep it.
     retain_system_prompt: bool = False
+    # The model's special_tokens_in_content setting, as served: special-token text inside a conversation is read
+    # as the special token (else it stays plain text: text/literal_specials.py).
+    special_tokens_in_content: bool = False
 
 
 @dataclass(frozen=True)

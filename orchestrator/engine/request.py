@@ -100,6 +100,10 @@ class EngineRequest:
     # Leading prompt tokens before the first user message (system prompt, tool definitions): what every turn of a
     # conversation repeats, kept longest in the KV cache where the model's retain_system_prompt setting says so
     system_prefix_tokens: int = 0
+    # Whose prefix cache this request may read and add to: prompt tokens computed for a request are reused only by
+    # requests with the same salt (made by the HTTP layer from the caller's key or the request's own `cache_salt`,
+    # api/cache_salt.py); "" is the salt of anonymous callers and of the server's own requests
+    cache_salt: str = ""
 
     def to_wire(self) -> dict:
         """Plain JSON values, field by field (dataclasses.asdict deep-copies: a few times slower, per request)."""
@@ -129,6 +133,7 @@ class EngineRequest:
             tool_calls=data.get("tool_calls", ""),
             reasoning=data.get("reasoning", False),
             system_prefix_tokens=data.get("system_prefix_tokens", 0),
+            cache_salt=data.get("cache_salt", ""),
         )
 
 

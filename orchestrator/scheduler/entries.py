@@ -181,9 +181,12 @@ def build_entries(config: ServerConfig, catalogue: Catalogue, now: float) -> dic
 def _as_served(engine: Engine, settings: ModelSettings) -> Engine:
     """The engine with what the model's settings change: `generation_logits` in its manifest (a runtime setting of
     TensorRT-LLM's executor, so the HTTP side's feature check and the load agree), and `retain_system_prompt`
-    (so the HTTP side counts system prefixes only for models that keep them)."""
+    (so the HTTP side counts system prefixes only for models that keep them), and `special_tokens_in_content` (how
+    the HTTP side tokenises a conversation)."""
     if settings.retain_system_prompt:
         engine = replace(engine, retain_system_prompt=True)
+    if settings.special_tokens_in_content:
+        engine = replace(engine, special_tokens_in_content=True)
     if settings.generation_logits is None or settings.generation_logits == engine.manifest.generation_logits:
         return engine
     return replace(engine, manifest=engine.manifest.model_copy(update={"generation_logits": settings.generation_logits}))

@@ -14,6 +14,7 @@
     generation_logits = true   # trtllm: gather each step's logits, for top_logprobs (pinned host RAM per request)
     prompt_cache_bytes = 17_179_869_184  # host RAM keeping reusable KV off the device (trtllm: pinned host tier)
     retain_system_prompt = true  # trtllm, sim: the system prompt and tools' KV blocks are evicted last
+    special_tokens_in_content = true  # a message's `<|im_start|>` text is the control token (unsafe; default false)
 """
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ class ModelSettings(BaseModel):
     retain_system_prompt: bool = Field(
         False, description="trtllm, sim: keep the KV blocks of each request's system prompt and tool definitions "
         "(the prompt before the first user message) at high retention priority, so they are evicted last",
+    )
+    special_tokens_in_content: bool = Field(
+        False, description="read special-token text inside messages and tools (a user's literal '<|im_start|>') "
+        "as the special token itself, as chat templates alone do; off, it stays plain text, so no caller can "
+        "write control tokens such as a fake system turn (text/literal_specials.py)",
     )
 
     @property

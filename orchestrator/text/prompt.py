@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 
 from orchestrator.errors import InvalidRequest
 from orchestrator.text.chat_template import render_chat
+from orchestrator.text.literal_specials import LiteralSpecials
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
 # tokenizers' `encode` holds the GIL for all its Rust work, the batch calls release it: texts this long or
@@ -45,6 +46,7 @@ class PromptEncoder:
         else:
             template = config.get("chat_template")
             self.chat_template = template if isinstance(template, str) else None
+        self.literal_specials = LiteralSpecials(self.tokenizer)
 
     def render_chat(
         self,
@@ -77,7 +79,14 @@ class PromptEncoder:
         add_generation_prompt: bool = True,
         add_special_tokens: bool = False,
         tools: list[dict] | None = None,
+        specials_in_content: bool = False,
     ) -> list[int]:
+        """The ids of the rendered conversation. Special-token spellings inside the messages and tools stay text
+        (literal_specials.py) unless `specials_in_content` (the model's special_tokens_in_content setting)."""
+        marked = None if specials_in_content else self.literal_specials.mark(messages, tools)
+        if marked is not None:
+            text = self.render_chat(marked.messages, template_kwargs, add_generation_prompt, marked.tools)
+            return self.literal_specials.encode(text, marked, self.encode_text, add_special_tokens)
         text = self.render_chat(messages, template_kwargs, add_generation_prompt, tools)
         # The template already wrote every special token the model expects.
         return self.encode_text(text, add_special_tokens)

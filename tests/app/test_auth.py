@@ -27,9 +27,8 @@ def statuses(default_engine, flags: list[str], calls: list[tuple[str, str, str |
                 header = key if key and " " in key else f"Bearer {key}"
                 headers = {"Authorization": header} if key else {}
                 response = await client.request(method, path, headers=headers)
-                body = await response.json()
                 if response.status == 401:
-                    assert body["error"]["type"] == "authentication_error"
+                    assert (await response.json())["error"]["type"] == "authentication_error"
                 results.append(response.status)
             return results
 
@@ -64,3 +63,17 @@ def test_the_admin_key_opens_admin_and_v1(default_engine):
 )
 def test_header_forms(default_engine, header, status):
     assert statuses(default_engine, ["--auth.api-keys", "k1"], [("GET", "/v1/models", header)]) == [status]
+
+
+def test_with_keys_metrics_need_a_scrape_key_or_an_admin_key(default_engine, tmp_path):
+    keys = tmp_path / "keys.toml"
+    keys.write_text('[keys.prometheus]\nkey = "scrape-me"\nmetrics = true\nmodels = []\n'
+                    '[keys.alice]\nkey = "sk-alice"\n[keys.ops]\nkey = "sk-ops"\nadmin = true\n')
+    calls = [("GET", "/metrics", None), ("GET", "/metrics", "wrong"), ("GET", "/metrics", "sk-alice"),
+             ("GET", "/metrics", "scrape-me"), ("GET", "/metrics", "sk-ops"), ("GET", "/v1/models", "scrape-me"),
+             ("GET", "/admin/models", "scrape-me"), ("GET", "/health", None)]
+    assert statuses(default_engine, ["--auth.keys-file", str(keys)], calls) == [401, 401, 401, 200, 200, 200, 401, 200]
+
+
+def test_without_keys_metrics_stay_open(default_engine):
+    assert statuses(default_engine, [], [("GET", "/metrics", None)]) == [200]

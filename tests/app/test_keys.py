@@ -193,7 +193,7 @@ def test_usage_per_key_in_metrics_and_admin_usage_and_the_audit_log(catalogue, k
             await answered(app, "sk-insider", tokens=4)
             await chat(app, "sk-outsider")  # 404: no model, no usage
             usage = await (await app.client.get("/admin/usage", headers=bearer("sk-ops"))).json()
-            metrics = await (await app.client.get("/metrics")).text()
+            metrics = await (await app.client.get("/metrics", headers=bearer("sk-ops"))).text()
             return one.headers["X-Request-Id"], request, usage, metrics, app.model
         # leaving the app closes the audit log: every line is written
 

@@ -83,10 +83,10 @@ def test_per_key_limits_and_exact_usage_after_a_known_workload(keyed_server):
     assert usage["alice"]["total"]["completion_tokens"] == 4
     assert usage["bob"]["total"] is None
     labels = {"key": "alice", "model": DEFAULT_MODEL}
-    assert metric(server.base_url, "inferno_key_requests_total", status_class="2xx", **labels) == 1
-    assert metric(server.base_url, "inferno_key_requests_total", status_class="4xx", **labels) == 1
-    assert metric(server.base_url, "inferno_key_completion_tokens_total", **labels) == 4
-    assert metric(server.base_url, "inferno_key_prompt_tokens_total", **labels) == prompt
+    assert metric(server.base_url, "inferno_key_requests_total", status_class="2xx", scrape_key="sk-ops", **labels) == 1
+    assert metric(server.base_url, "inferno_key_requests_total", status_class="4xx", scrape_key="sk-ops", **labels) == 1
+    assert metric(server.base_url, "inferno_key_completion_tokens_total", scrape_key="sk-ops", **labels) == 4
+    assert metric(server.base_url, "inferno_key_prompt_tokens_total", scrape_key="sk-ops", **labels) == prompt
 
     def audited_chats():  # the audit log's own thread writes the lines
         lines = [json.loads(line) for line in audit.read_text().splitlines()]

@@ -141,6 +141,14 @@ def test_a_repeated_prompt_reports_its_cached_prefix(engine):
     assert again[0].cached_tokens == len(engine.ids(text)) - 1
 
 
+def test_a_prefix_is_reused_only_by_requests_of_its_cache_salt(engine):
+    text = "Explain in one sentence why each tenant's prompts stay their own."
+    full = len(engine.ids(text)) - 1
+    alice = one(engine, text=text, cache_salt="alice")
+    bob = one(engine, text=text, cache_salt="bob")
+    alice_again = one(engine, text=text, cache_salt="alice")
+    assert alice[0].cached_tokens == bob[0].cached_tokens == 0 and alice_again[0].cached_tokens == full
+    assert tokens(alice) == tokens(bob) == tokens(alice_again)  # the same cells' worth, computed again or not
 def test_the_prompt_cache_restores_a_prefix_whose_slot_was_reused(gguf_engine, tmp_path):
     two_slots = Engine(engine_variant(gguf_engine, tmp_path, "two-slots", max_batch_size=2))
     try:

@@ -17,24 +17,24 @@ def test_common_prefix():
 
 def test_a_prompt_goes_to_the_free_slot_sharing_its_longest_prefix():
     slots = [Slot(0, [9, 9, 9], last_used=1), Slot(1, [1, 2, 3, 7], last_used=5), Slot(2, [1, 2], last_used=9)]
-    placement = place((1, 2, 3, 4, 5), slots, [])
+    placement = place((1, 2, 3, 4, 5), "", slots, [])
     assert placement.slot.seq == 1 and placement.reuse == 3 and placement.restore is None
 
 
 def test_at_least_one_prompt_token_is_left_to_compute():
-    placement = place((1, 2, 3), [Slot(0, [1, 2, 3, 4])], [])
+    placement = place((1, 2, 3), "", [Slot(0, [1, 2, 3, 4])], [])
     assert placement.reuse == 2
 
 
 def test_a_longer_saved_prefix_is_restored_into_the_least_recently_used_free_slot():
     slots = [Slot(0, [1, 2], last_used=7), Slot(1, [8, 8, 8], last_used=2)]
-    placement = place((1, 2, 3, 4, 5), slots, [(1, 2, 3, 4, 9), (6,)])
+    placement = place((1, 2, 3, 4, 5), "", slots, [(1, 2, 3, 4, 9), (6,)])
     assert placement.slot.seq == 1 and placement.restore == (1, 2, 3, 4, 9) and placement.reuse == 4
 
 
 def test_without_a_shared_prefix_the_least_recently_used_slot_is_taken():
     slots = [Slot(0, [5], last_used=7), Slot(1, [6], last_used=2), Slot(2, [7], last_used=4)]
-    assert place((1, 2), slots, []).slot.seq == 1
+    assert place((1, 2), "", slots, []).slot.seq == 1
 
 
 def test_only_new_and_long_enough_sequences_are_saved():
@@ -47,15 +47,27 @@ def test_only_new_and_long_enough_sequences_are_saved():
 
 def test_the_prompt_cache_keeps_its_budget_and_drops_covered_prefixes():
     cache = RamPromptCache(budget_bytes=100)
-    cache.put((1, 2), b"a" * 30)
-    cache.put((1, 2, 3), b"b" * 30)  # covers (1, 2)
-    assert cache.keys() == [(1, 2, 3)] and cache.bytes == 30
-    cache.put((4,), b"c" * 40)
-    cache.take((1, 2, 3))  # now the most recently used
-    cache.put((5,), b"d" * 40)  # over budget: (4,) goes
-    assert cache.keys() == [(1, 2, 3), (5,)] and cache.bytes == 70
-    cache.put((6,), b"e" * 101)  # larger than the whole budget: not kept
-    assert cache.keys() == [(1, 2, 3), (5,)]
+    cache.put("", (1, 2), b"a" * 30)
+    cache.put("", (1, 2, 3), b"b" * 30)  # covers (1, 2)
+    assert cache.keys("") == [(1, 2, 3)] and cache.bytes == 30
+    cache.put("", (4,), b"c" * 40)
+    cache.take("", (1, 2, 3))  # now the most recently used
+    cache.put("", (5,), b"d" * 40)  # over budget: (4,) goes
+    assert cache.keys("") == [(1, 2, 3), (5,)] and cache.bytes == 70
+    cache.put("", (6,), b"e" * 101)  # larger than the whole budget: not kept
+    assert cache.keys("") == [(1, 2, 3), (5,)]
+
+
+def test_a_slot_or_saved_state_of_another_cache_salt_is_never_reused():
+    slots = [Slot(0, [1, 2, 3, 4], salt="alice", last_used=9), Slot(1, [8], salt="bob", last_used=2)]
+    placement = place((1, 2, 3, 4, 5), "bob", slots, [])
+    assert placement.reuse == 0 and placement.slot.seq == 1
+    assert place((1, 2, 3, 4, 5), "alice", slots, []).reuse == 4
+    cache = RamPromptCache(budget_bytes=100)
+    cache.put("alice", (1, 2, 3), b"a" * 10)
+    cache.put("bob", (1, 2), b"b" * 10)  # another salt's entry covers nothing of alice's
+    assert cache.keys("alice") == [(1, 2, 3)] and cache.keys("bob") == [(1, 2)] and cache.keys("") == []
+    assert cache.take("bob", (1, 2)) == b"b" * 10
 
 
 def test_decoding_sequences_come_first_and_prompts_fill_the_rest_in_chunks():

@@ -3,6 +3,7 @@ scrapes a live Inferno on loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -101,10 +102,17 @@ def _scrape_config(target: str) -> dict:
 def prometheus(prometheus_tools, server: ServerProcess, tmp_path_factory) -> Iterator[Prometheus]:
     """A real Prometheus on a free loopback port, scraping the module's Inferno every second, with its
     storage in a temporary folder; stopped at the end of the module."""
-    folder = tmp_path_factory.mktemp("prometheus")
-    config = folder / "prometheus.yml"
     target = urllib.parse.urlparse(server.base_url).netloc
-    config.write_text(yaml.safe_dump(_scrape_config(target)))
+    with running_prometheus(prometheus_tools, _scrape_config(target), tmp_path_factory.mktemp("prometheus")) as prom:
+        wait_for(lambda: _target_up(prom), timeout=60, interval=0.25, what="Prometheus to scrape Inferno")
+        yield prom
+
+
+@contextlib.contextmanager
+def running_prometheus(prometheus_tools, scrape_config: dict, folder: Path) -> Iterator[Prometheus]:
+    """A real Prometheus on a free loopback port with this configuration, its storage in `folder`."""
+    config = folder / "prometheus.yml"
+    config.write_text(yaml.safe_dump(scrape_config))
     port = free_port()
     log_path = folder / "prometheus.log"
     command = [
@@ -123,7 +131,6 @@ def prometheus(prometheus_tools, server: ServerProcess, tmp_path_factory) -> Ite
             timeout=60, interval=0.1, what="Prometheus to be ready",
         )
         assert process.poll() is None, f"Prometheus exited:\n{log_path.read_text()}"
-        wait_for(lambda: _target_up(prom), timeout=60, interval=0.25, what="Prometheus to scrape Inferno")
         yield prom
     finally:
         process.terminate()

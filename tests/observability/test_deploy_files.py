@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -18,6 +19,7 @@ from tests.observability.conftest import DEPLOY
 
 K8S = DEPLOY / "k8s"
 DRAIN_TIMEOUT_S = 30  # what the images and manifests set INFERNO_DRAIN_TIMEOUT_S to
+SCRAPE_KEY_FILE = "/run/secrets/inferno_scrape_key"  # where compose puts Prometheus's scrape key
 
 
 def load_yaml(path: Path) -> dict:
@@ -143,11 +145,24 @@ def test_dashboard_panels_are_complete():
 
 
 # -- Prometheus files, checked by promtool ------------------------------------------------------------------------
-def test_promtool_accepts_the_prometheus_config_and_its_alert_rules(promtool):
-    for check, path in (("config", "prometheus.yml"), ("rules", "alerts.yml")):
-        result = subprocess.run([promtool, "check", check, str(DEPLOY / "prometheus" / path)],
-                                capture_output=True, text=True)
+def test_promtool_accepts_the_prometheus_config_and_its_alert_rules(promtool, tmp_path):
+    """promtool checks the files a config names exist: the scrape key, a compose secret, is given a stand-in."""
+    shutil.copytree(DEPLOY / "prometheus", tmp_path, dirs_exist_ok=True)
+    config = tmp_path / "prometheus.yml"
+    (tmp_path / "scrape-key").write_text("sk-stand-in\n")
+    config.write_text(config.read_text().replace(SCRAPE_KEY_FILE, str(tmp_path / "scrape-key")))
+    for check, path in (("config", config), ("rules", tmp_path / "alerts.yml")):
+        result = subprocess.run([promtool, "check", check, str(path)], capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_prometheus_scrapes_with_the_scrape_key_compose_gives_it():
+    compose = load_yaml(DEPLOY / "compose.yaml")
+    [job] = load_yaml(DEPLOY / "prometheus" / "prometheus.yml")["scrape_configs"]
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": SCRAPE_KEY_FILE}
+    secret = SCRAPE_KEY_FILE.removeprefix("/run/secrets/")
+    assert secret in compose["services"]["prometheus"]["secrets"]
+    assert compose["secrets"][secret] == {"environment": "INFERNO_SCRAPE_KEY"}
 
 
 # -- Kubernetes ---------------------------------------------------------------------------------------------------
@@ -196,6 +211,7 @@ def test_service_and_servicemonitor_reach_the_pods_metrics(k8s):
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     [endpoint] = monitor["spec"]["endpoints"]
     assert (endpoint["port"], endpoint["path"]) == (port["name"], "/metrics")
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": {"name": "inferno-scrape-key", "key": "key"}}
 
 
 def test_hpa_scales_the_deployment_on_the_queue_depth_the_adapter_serves(k8s):

@@ -203,6 +203,15 @@ def test_stats_follow_the_engine():
     assert engine.stats().kv_blocks_used == 0 and engine.stats().iterations == 7
 
 
+def test_blocks_are_reused_only_within_one_cache_salt():
+    engine = make_engine(tokens_per_block=4)
+    prompt = tuple(range(1, 41))
+    cached = {}
+    for rid, salt in (("alice", "a"), ("bob", "b"), ("anonymous", ""), ("alice-again", "a")):
+        engine.add(request(rid, prompt=prompt, max_new=3, ignore_eos=True, cache_salt=salt))
+        deltas, _ = run_to_end(engine)
+        cached[rid] = deltas[rid][0].cached_tokens
+    assert cached == {"alice": 0, "bob": 0, "anonymous": 0, "alice-again": 36}
 def _turn_after_eviction(host_blocks: int) -> tuple[int, float]:
     """A 40-token prompt, then another that overwrites its blocks, then the first again: (the third request's
     cached tokens, the step time of the step that admits it)."""

@@ -329,6 +329,25 @@ def test_a_prompt_seen_before_reports_its_cached_tokens_on_its_first_delta(trt, 
     assert cached == {"new": [0, None, None, None], "again": [69, None, None, None], "shares": [64, None, None, None]}
 
 
+def test_blocks_are_reused_only_between_requests_of_one_cache_salt(trt, runtime, engines, builder):
+    """The salt goes to the engine as cache_salt_id (None for the anonymous salt), and the double, like 1.2's
+    block keys, matches blocks only within equal salt ids."""
+    prompt = tuple(range(300, 370))
+    assert builder.build(EngineRequest("r", prompt, 4)).cache_salt_id is None
+    assert builder.build(EngineRequest("r", prompt, 4, cache_salt="00ff" * 8)).cache_salt_id == 0x00FF00FF00FF00FF
+
+    async def life():
+        backend = TrtllmBackend(settings_for(engines / "one-gpu"), runtime)
+        streams = await started(backend)
+        cached = {}
+        for name, salt in (("alice", "a1" * 16), ("bob", "b2" * 16), ("anonymous", ""), ("alice again", "a1" * 16)):
+            deltas = await drain(streams.stream(EngineRequest(name, prompt, 4, cache_salt=salt)))
+            cached[name] = deltas[0].cached_tokens
+        await backend.close()
+        return cached
+
+    assert run(life()) == {"alice": 0, "bob": 0, "anonymous": 0, "alice again": 69}
+
 # -- stats ------------------------------------------------------------------------------------------------------
 def entry(active, latency, used=None, queued=0, iteration=1):
     kv = None if used is None else SimpleNamespace(max_num_blocks=10, free_num_blocks=10 - used, used_num_blocks=used,

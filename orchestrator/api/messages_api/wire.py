@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
+from orchestrator.api.cache_salt import MAX_CACHE_SALT_CHARS
 from orchestrator.api.engine_requests import Generation, SamplingFields, chat_prompt, system_prefix
 from orchestrator.api.messages_api.blocks import MessageParam, TextBlock
 from orchestrator.api.messages_api.conversation import chat_messages
@@ -154,6 +155,7 @@ class MessagesRequest(CountTokensRequest):
     metadata: Metadata | None = None
     stream: bool = False
     service_tier: Literal["auto", "standard_only"] | None = None
+    cache_salt: Annotated[str, Field(min_length=1, max_length=MAX_CACHE_SALT_CHARS)] | None = None  # api/cache_salt.py
     # Accepted and ignored, as above: containers, diagnostics, routing and fallbacks.
     container: Any = None
     diagnostics: dict[str, Any] | None = None
@@ -186,7 +188,8 @@ class MessagesRequest(CountTokensRequest):
         return Generation(prompt=prompt, prompt_param=self.PROMPT_PARAM, fields=fields, plan=plan,
                           max_tokens=None, max_tokens_param="max_tokens",
                           default_max_tokens=min(self.max_tokens, room), n=1, stream=self.stream,
-                          system_prefix_tokens=system_prefix(engine, messages, plan, None, prompt))
+                          system_prefix_tokens=system_prefix(engine, messages, plan, None, prompt),
+                          cache_salt=self.cache_salt)
 
     def prompt_text(self, engine: Engine) -> str | None:
         return engine.prompts.render_chat(self.template_messages(), {})

@@ -12,6 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
+from orchestrator.api.cache_salt import MAX_CACHE_SALT_CHARS
 from orchestrator.api.engine_requests import Generation, SamplingFields, chat_prompt, system_prefix
 from orchestrator.api.output_plan import OutputPlan, chat_output_plan, check_output
 from orchestrator.api.responses_api.conversation import chat_messages
@@ -163,6 +164,7 @@ class ResponsesRequest(_Wire):
     metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None
     user: str | None = None
     safety_identifier: str | None = None
+    cache_salt: Annotated[str, Field(min_length=1, max_length=MAX_CACHE_SALT_CHARS)] | None = None  # api/cache_salt.py
     prompt_cache_key: str | None = None  # the prefix cache needs no key: a repeated prefix is found by its tokens
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     service_tier: str | None = None
@@ -191,7 +193,8 @@ class ResponsesRequest(_Wire):
         return Generation(prompt=prompt, prompt_param=self.PROMPT_PARAM, fields=fields, plan=plan,
                           max_tokens=self.max_output_tokens, max_tokens_param="max_output_tokens",
                           default_max_tokens=None, n=1, stream=self.stream,
-                          system_prefix_tokens=system_prefix(engine, messages, plan, None, prompt))
+                          system_prefix_tokens=system_prefix(engine, messages, plan, None, prompt),
+                          cache_salt=self.cache_salt)
 
     def prompt_text(self, engine: Engine) -> str | None:
         return engine.prompts.render_chat(self.audit_prompt(), {})

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import threading
 
+from orchestrator.backends.hf.prefix import SaltedPrefixes
 from orchestrator.backends.options import HfOptions
 from orchestrator.backends.protocol import (
     BackendSettings,
@@ -78,33 +79,37 @@ class _StepRouter:
 class _Live:
     """What the backend keeps per running request."""
 
-    __slots__ = ("cached", "compiling", "eos", "logprobs", "sent")
+    __slots__ = ("cached", "compiling", "eos", "logprobs", "salt", "sent")
 
-    def __init__(self, eos: frozenset[int], logprobs: bool):
+    def __init__(self, eos: frozenset[int], logprobs: bool, salt: str = ""):
         self.eos = eos  # the tokens that end this request (end tokens unless ignored, plus its stop tokens)
         self.logprobs = logprobs
         self.sent = 0  # generated tokens already delivered
         self.compiling: asyncio.Task | None = None  # its grammar compiling, before it joins the batch
         # Prompt tokens found in the prefix cache: 0 until the cache says otherwise; None once reported.
         self.cached: int | None = 0
+        self.salt = salt  # its prefix cache salt: it reuses only blocks computed for this salt (prefix.py)
 
 
 class _PrefixMatches:
     """Stands in for the paged cache's `search_prefix_match` (transformers 5.23, cache.py), which the manager's
     scheduler calls on its thread when a waiting request is first scheduled and which returns how many of its
     prompt tokens were found in shared blocks: the count is kept on the request's `_Live` (so nothing outlives
-    the request) for its first delta to carry as `cached_tokens`, and the blocks are counted for the stats."""
+    the request) for its first delta to carry as `cached_tokens`, and the blocks are counted for the stats. The
+    search sees only the blocks the request's cache salt may reuse (prefix.py)."""
 
-    def __init__(self, search, live: dict[str, _Live], tokens_per_block: int):
+    def __init__(self, search, live: dict[str, _Live], tokens_per_block: int, blocks: int):
         self._search = search
         self._live = live
         self._tokens_per_block = tokens_per_block
+        self._salted = SaltedPrefixes(tokens_per_block, capacity=4 * blocks)
         self.blocks = 0  # shared blocks found since the model was loaded
 
     def __call__(self, request_id: str, prompt_ids: list[int]) -> int:
-        matched = self._search(request_id, prompt_ids)
-        self.blocks += matched // self._tokens_per_block
         live = self._live.get(request_id)
+        visible = self._salted.visible(live.salt if live is not None else "", prompt_ids)
+        matched = self._search(request_id, visible)
+        self.blocks += matched // self._tokens_per_block
         if live is not None and live.cached is not None:
             live.cached = matched
         return matched
@@ -133,7 +138,8 @@ class HfBackend:
         self._manager.start()
         await warm_up(warming, self._manifest.tokenizer.pad_token_id, SamplingParams())
         cache = self._manager.batch_processor.cache  # made on the generation thread before the warm-up ran
-        self._prefix = _PrefixMatches(cache.search_prefix_match, self._live, self._manifest.kv_cache.tokens_per_block)
+        self._prefix = _PrefixMatches(cache.search_prefix_match, self._live, self._manifest.kv_cache.tokens_per_block,
+                                      self._kv_blocks)
         cache.search_prefix_match = self._prefix
         self._outputs = outputs
         return LoadReport(device=device)
@@ -194,7 +200,7 @@ class HfBackend:
             self._die("the generation loop is not running")
             raise EngineDead("the hf engine's generation loop has stopped")
         eos = frozenset(request.stop_token_ids) | (frozenset() if request.ignore_eos else self._eos)
-        self._live[request.id] = _Live(eos, request.logprobs)
+        self._live[request.id] = _Live(eos, request.logprobs, request.cache_salt)
         if request.logprobs:
             self._logprobs.open(request.id)
         if request.guide is None:

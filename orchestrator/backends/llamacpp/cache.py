@@ -5,7 +5,9 @@ A new request takes the free slot whose cached tokens share the longest prefix w
 saved state in RAM shares a longer one, the least recently used free slot with that state restored into it;
 either way only the tokens after the shared prefix are computed. When a request ends, its slot's tokens and
 KV cells stay where they are, and a copy of its state goes to the RAM cache, which evicts least recently used
-entries beyond its byte budget. The decisions here are pure; the backend's loop makes the llama.cpp calls.
+entries beyond its byte budget. Only cells and states of the request's own cache salt are reused (a slot
+of another salt counts as sharing nothing; RAM entries are kept by salt and tokens), so one key never reads
+another's prefix. The decisions here are pure; the backend's loop makes the llama.cpp calls.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Slot:
     seq: int
     tokens: list[int] = field(default_factory=list)  # tokens whose K and V are in the cache, in order
     owner: str | None = None  # the running request's id; None when free (its cells are a cached prefix)
+    salt: str = ""  # the cache salt of the request that computed its cells: only that salt reuses them
     last_used: int = 0  # step counter of its last use (least recently used goes first)
 
 
@@ -48,13 +51,18 @@ class SlotPlan:
     reuse: int
 
 
-def place(prompt: tuple[int, ...], free: list[Slot], saved: list[tuple[int, ...]]) -> SlotPlan:
-    """Choose the slot for `prompt` among the free slots (at least one), and whether to restore a saved state.
+def place(prompt: tuple[int, ...], salt: str, free: list[Slot], saved: list[tuple[int, ...]]) -> SlotPlan:
+    """Choose the slot for `prompt` of cache salt `salt` among the free slots (at least one), and whether to
+    restore a saved state (`saved`: the RAM entries of that salt).
 
     At least one prompt token is always left to compute: its logits give the first output token."""
     limit = len(prompt) - 1
-    best_slot = max(free, key=lambda s: (min(common_prefix(s.tokens, prompt), limit), -s.last_used))
-    slot_reuse = min(common_prefix(best_slot.tokens, prompt), limit)
+
+    def reusable(slot: Slot) -> int:
+        return min(common_prefix(slot.tokens, prompt), limit) if slot.salt == salt else 0
+
+    best_slot = max(free, key=lambda s: (reusable(s), -s.last_used))
+    slot_reuse = reusable(best_slot)
     best_saved, saved_reuse = None, 0
     for tokens in saved:
         reuse = min(common_prefix(tokens, prompt), limit)
@@ -74,32 +82,35 @@ def worth_saving(tokens: list[int], saved: list[tuple[int, ...]]) -> bool:
 
 
 class RamPromptCache:
-    """Sequence states (KV cells copied to host memory) by their tokens, least recently used evicted first."""
+    """Sequence states (KV cells copied to host memory) by their cache salt and tokens, least recently used
+    evicted first."""
 
     def __init__(self, budget_bytes: int):
         self.budget_bytes = budget_bytes
         self.bytes = 0
-        self._entries: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, tuple[int, ...]], bytes] = OrderedDict()
 
-    def keys(self) -> list[tuple[int, ...]]:
-        return list(self._entries)
+    def keys(self, salt: str) -> list[tuple[int, ...]]:
+        """The tokens of every entry of cache salt `salt`."""
+        return [tokens for entry_salt, tokens in self._entries if entry_salt == salt]
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def put(self, tokens: tuple[int, ...], state: bytes) -> None:
-        """Keep `state`; entries whose tokens are a prefix of `tokens` are dropped (this one covers them)."""
+    def put(self, salt: str, tokens: tuple[int, ...], state: bytes) -> None:
+        """Keep `state`; entries of the salt whose tokens are a prefix of `tokens` are dropped (this one covers
+        them)."""
         if len(state) > self.budget_bytes:
             return
-        for key in [k for k in self._entries if len(k) <= len(tokens) and tokens[: len(k)] == k]:
-            self.bytes -= len(self._entries.pop(key))
-        self._entries[tokens] = state
+        for key in [k for k in self.keys(salt) if len(k) <= len(tokens) and tokens[: len(k)] == k]:
+            self.bytes -= len(self._entries.pop((salt, key)))
+        self._entries[(salt, tokens)] = state
         self.bytes += len(state)
         while self.bytes > self.budget_bytes:
             _, dropped = self._entries.popitem(last=False)
             self.bytes -= len(dropped)
 
-    def take(self, tokens: tuple[int, ...]) -> bytes:
-        """The state saved for exactly `tokens`, marked as recently used."""
-        self._entries.move_to_end(tokens)
-        return self._entries[tokens]
+    def take(self, salt: str, tokens: tuple[int, ...]) -> bytes:
+        """The state saved for exactly `tokens` of `salt`, marked as recently used."""
+        self._entries.move_to_end((salt, tokens))
+        return self._entries[(salt, tokens)]

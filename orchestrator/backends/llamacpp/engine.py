@@ -212,24 +212,24 @@ class EngineLoop:
             self._place(sequence, free)
 
     def _place(self, sequence: Sequence, free: list[Slot]) -> None:
-        tokens = tuple(sequence.tokens)
-        placement = place(tokens, free, self._ram.keys())
+        tokens, salt = tuple(sequence.tokens), sequence.request.cache_salt
+        placement = place(tokens, salt, free, self._ram.keys(salt))
         slot, reuse = placement.slot, placement.reuse
-        if placement.restore is not None and not self._restore(slot, placement.restore):
+        if placement.restore is not None and not self._restore(slot, salt, placement.restore):
             slot, reuse = placement.slot, 0
         self._table.truncate(slot, reuse)
-        slot.owner, slot.last_used = sequence.request.id, self._step
+        slot.owner, slot.last_used, slot.salt = sequence.request.id, self._step, salt
         sequence.slot, sequence.computed = slot, reuse
         if sequence.cached is None and sequence.generated == 0:
             sequence.cached = reuse
         self._reused_tokens += reuse
         self._running[sequence.request.id] = sequence
 
-    def _restore(self, slot: Slot, tokens: tuple[int, ...]) -> bool:
+    def _restore(self, slot: Slot, salt: str, tokens: tuple[int, ...]) -> bool:
         self._table.truncate(slot, 0)
         if not self._table.make_room(len(tokens), keep=slot):
             return False
-        if not self._ctx.set_seq_state(slot.seq, self._ram.take(tokens)):
+        if not self._ctx.set_seq_state(slot.seq, self._ram.take(salt, tokens)):
             self._ctx.seq_truncate(slot.seq, 0)
             return False
         slot.tokens.extend(tokens)
@@ -356,9 +356,9 @@ class EngineLoop:
         if slot is None:
             return
         slot.owner, slot.last_used, sequence.slot = None, self._step, None
-        saved = self._ram.keys()
+        saved = self._ram.keys(slot.salt)
         if self._ram.budget_bytes and worth_saving(slot.tokens, saved):
-            self._ram.put(tuple(slot.tokens), self._ctx.seq_state(slot.seq))
+            self._ram.put(slot.salt, tuple(slot.tokens), self._ctx.seq_state(slot.seq))
 
     def _stats(self) -> BackendStats:
         used = self._table.cells_running()

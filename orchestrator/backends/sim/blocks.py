@@ -2,7 +2,8 @@
 blocks by content hash, and the reservations GUARANTEED_NO_EVICT makes at admission.
 
 A full block of prompt tokens is known by the hash of its tokens chained to the hash of the block before
-it, so a hit means the whole prefix up to it is the same. A block nobody references any more keeps its
+it (the first one to the request's cache salt), so a hit means the whole prefix up to it is the same, for the
+same salt. A block nobody references any more keeps its
 content (and its hash) while it waits in the free pool, least recently used first; it is reused by the
 next prompt that starts the same way, or overwritten when a fresh block is needed and no empty one is left.
 A sequence frees its blocks last first, so the end of a prompt is overwritten before its beginning (a prefix
@@ -21,9 +22,11 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 
-def prefix_hashes(tokens: Sequence[int], tokens_per_block: int, blocks: int) -> list[int]:
-    """The chained content hashes of the first `blocks` full blocks of `tokens`."""
-    hashes, previous = [], 0
+def prefix_hashes(tokens: Sequence[int], tokens_per_block: int, blocks: int, salt: str = "") -> list[int]:
+    """The chained content hashes of the first `blocks` full blocks of `tokens`. The chain starts from the
+    request's cache salt, as TensorRT-LLM's first block hash mixes in its `cache_salt_id`: equal tokens of two
+    salts never share a block."""
+    hashes, previous = [], hash(salt) if salt else 0
     for start in range(0, blocks * tokens_per_block, tokens_per_block):
         previous = hash((previous, tuple(tokens[start : start + tokens_per_block])))
         hashes.append(previous)

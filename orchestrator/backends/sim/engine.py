@@ -99,7 +99,7 @@ class SimEngine:
         sequence = Sequence(request, self._arrivals, len(self.corpus), self.limits.max_seq_len, self.natural_length)
         self._arrivals += 1
         tpb = self.batch.tokens_per_block
-        sequence.hashes = prefix_hashes(sequence.prompt, tpb, len(sequence.prompt) // tpb)
+        sequence.hashes = prefix_hashes(sequence.prompt, tpb, len(sequence.prompt) // tpb, request.cache_salt)
         if self.retain_system_prompt:  # every block the system prompt touches, as a retention token range does
             sequence.kept = blocks_for(request.system_prefix_tokens, tpb)
         bisect.insort(self.waiting, sequence, key=_key)

@@ -1,4 +1,4 @@
-"""An EngineRequest as a TensorRT-LLM Request: sampling, end and stop tokens, priority, outputs.
+"""An EngineRequest as a TensorRT-LLM Request: sampling, end and stop tokens, priority, outputs, cache salt.
 
 Choices: `n` arrives as n EngineRequests (one per choice, each with its own seed), so each is its own
 executor request rather than one request with num_return_sequences: every choice has its own stream,
@@ -31,6 +31,14 @@ def engine_top_k(top_k: int) -> int:
     vocabulary size means, and for 1025 up to the vocabulary size the nearest the engine can do without dropping a
     token the request keeps (the tokens ranked below it carry what little probability is left)."""
     return 0 if top_k > MAX_ENGINE_TOP_K else top_k
+
+
+def cache_salt_id(salt: str) -> int | None:
+    """The request's cache salt as 1.2's `cache_salt_id` (an unsigned 64-bit integer that every block key of the
+    request carries: blocks are reused only between requests of equal salt ids); None for the anonymous salt "",
+    whose blocks carry no salt, as before salts existed. The salt is a hex digest (api/cache_salt.py): its first
+    64 bits are the id."""
+    return int(salt[:16], 16) if salt else None
 
 
 def engine_priority(priority: int) -> float:
@@ -119,6 +127,7 @@ class RequestBuilder:
             guided_decoding_params=self._guided(request.guide),
             priority=engine_priority(request.priority),
             kv_cache_retention_config=self._retention(request),
+            cache_salt_id=cache_salt_id(request.cache_salt),
         )
 
     def _retention(self, request: EngineRequest):

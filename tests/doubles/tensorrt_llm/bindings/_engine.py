@@ -108,6 +108,7 @@ class Sequence:
     sent: int = 0  # generated tokens already streamed
     perf: PerfRecord | None = None  # when the request asked for perf metrics
     context_done: bool = False  # its first step (the context phase) has run
+    cache_salt: int | None = None  # the request's cache_salt_id: its blocks are reused only by the same salt
 
     def step(self) -> str | None:
         """Generate one token; the finish reason's name if that ended the sequence."""
@@ -429,6 +430,7 @@ class Engine:
             vocab_size=self.facts.vocab_size,
             top_k=top_k,
             normalize_log_probs=self._normalize_log_probs,
+            cache_salt=request.cache_salt_id,
         )
 
     def _step(self, responses: list) -> int:
@@ -485,7 +487,7 @@ class Engine:
     def _allocate_kv_cache(self, sequence: Sequence, arrived, wants_perf: bool) -> None:
         """When the request's first context chunk is scheduled: its context blocks, found in the prefix cache or
         missed, counted for the iteration stats and, where it asked, its perf metrics."""
-        reuse = self._prefix.match(sequence.prompt)
+        reuse = self._prefix.match(sequence.prompt, sequence.cache_salt)
         counters = self._counters
         counters["reused_blocks"] += reuse.reused
         counters["missed_blocks"] += reuse.missed
@@ -498,16 +500,16 @@ class Engine:
         """Before a generation step: the block the generated tokens just filled becomes reusable."""
         tokens = sequence.prompt + sequence.generated
         if sequence.context_done and (len(tokens) - 1) % self._prefix.tokens_per_block == 0:
-            self._prefix.store(tokens, partial=False)
+            self._prefix.store(tokens, sequence.cache_salt, partial=False)
 
     def _took_step(self, sequence: Sequence, finished: bool) -> None:
         """After a step: the context's full blocks become reusable once it is computed, and every block of the
         sequence, the partial last one included, when it ends."""
         if not sequence.context_done:
             sequence.context_done = True
-            self._prefix.store(sequence.prompt, partial=False)
+            self._prefix.store(sequence.prompt, sequence.cache_salt, partial=False)
         if finished:
-            self._prefix.store(sequence.prompt + sequence.generated, partial=True)
+            self._prefix.store(sequence.prompt + sequence.generated, sequence.cache_salt, partial=True)
         if sequence.perf is not None:
             sequence.perf.on_step(self._iter, finished)
 

@@ -10,7 +10,10 @@ does it (the facts table's "prefix reuse" facts, read in kvCacheManager.cpp):
   whole reused block, and ends the walk. Every other block is missed;
 - blocks are stored for reuse: the full blocks of a prompt's first L - 1 tokens once its context phase is
   done, each block of generated tokens as it fills, and at release every block of the sequence's first
-  (tokens - 1) tokens, the partial last one included.
+  (tokens - 1) tokens, the partial last one included;
+- every block's key carries its request's `cache_salt_id` (None when it has none), and blocks match only
+  with equal salts (BlockKey in 1.2 compares the salt before any token), so the double keeps one reuse tree
+  per salt.
 
 The double keeps at most `capacity` stored blocks and drops the least recently used first, with the blocks
 stored after it. It does not hold blocks that running sequences use, nor model reference counts (so it
@@ -45,18 +48,22 @@ class PrefixCache:
         self._capacity = capacity
         self._reuse = reuse
         self._partial = partial
-        self._root = _Block((), None)
+        self._roots: dict[int | None, _Block] = {}  # the root of each cache salt's reuse tree
         self._recent: OrderedDict[_Block, None] = OrderedDict()  # stored blocks, least recently used first
 
     def context_blocks(self, prompt_len: int) -> int:
         return -(-prompt_len // self.tokens_per_block)
 
-    def match(self, prompt: list[int]) -> BlockReuse:
-        """Find a new request's context blocks (when its first context chunk is scheduled)."""
+    def _root(self, salt: int | None) -> _Block:
+        return self._roots.setdefault(salt, _Block((), None))
+
+    def match(self, prompt: list[int], salt: int | None = None) -> BlockReuse:
+        """Find a new request's context blocks (when its first context chunk is scheduled), among those of its
+        cache salt."""
         total = self.context_blocks(len(prompt))
         if not self._reuse:
             return BlockReuse(allocated=total)  # reuse off: blocks are allocated, none counted reused or missed
-        node, reused, copied = self._root, 0, 0
+        node, reused, copied = self._root(salt), 0, 0
         for key in self._keys(prompt, len(prompt) - 1, partial=True):
             found, whole = self._find(node, key)
             if found is None:
@@ -70,11 +77,12 @@ class PrefixCache:
         missed = total - reused
         return BlockReuse(reused=reused, missed=missed, allocated=missed + copied)
 
-    def store(self, tokens: list[int], *, partial: bool) -> None:
-        """Make the blocks of `tokens[:-1]` reusable: full ones only, or the partial last one too."""
+    def store(self, tokens: list[int], salt: int | None = None, *, partial: bool) -> None:
+        """Make the blocks of `tokens[:-1]` reusable by requests of cache salt `salt`: full ones only, or the
+        partial last one too."""
         if not self._reuse or len(tokens) < 2:
             return
-        node = self._root
+        node = self._root(salt)
         for key in self._keys(tokens, len(tokens) - 1, partial=partial):
             block = node.children.get(key)
             if block is None:

@@ -459,7 +459,7 @@ class KvCacheRetentionConfig:
 class Request:
     """There is no `priority` property (the reference says so): the engine keeps it privately."""
 
-    __slots__ = ("_bad_words", "_client_id", "_embedding_bias", "_end_id", "_guided_decoding_params",
+    __slots__ = ("_bad_words", "_cache_salt_id", "_client_id", "_embedding_bias", "_end_id", "_guided_decoding_params",
                  "_input_token_ids", "_kv_cache_retention_config", "_max_tokens",
                  "_num_return_sequences", "_output_config", "_pad_id", "_priority_value",
                  "_return_all_generated_tokens", "_sampling_config", "_stop_words", "_streaming")
@@ -477,6 +477,7 @@ class Request:
     kv_cache_retention_config = _Field(KvCacheRetentionConfig, optional=True)
     client_id = _Field(int, optional=True)
     return_all_generated_tokens = _Field(bool)
+    cache_salt_id = _Field(int, optional=True)  # CacheSaltIDType, a uint64: blocks are reused only within equal salts
 
     def __init__(
         self,
@@ -497,11 +498,14 @@ class Request:
         return_all_generated_tokens=False,
         priority=0.5,
         num_return_sequences=1,
+        cache_salt_id=None,
     ):
         sampling_config = SamplingConfig() if sampling_config is None else sampling_config
         output_config = OutputConfig() if output_config is None else output_config
         self._priority_value = _check("priority", priority, float)
         self._num_return_sequences = _check("num_return_sequences", num_return_sequences, int)
+        if cache_salt_id is not None and not (isinstance(cache_salt_id, int) and 0 <= cache_salt_id < 2**64):
+            raise TypeError("incompatible function arguments: 'cache_salt_id' must be an unsigned 64-bit integer")
         for words in (bad_words or []) + (stop_words or []):
             _check("stop_words", words, list, items=int)
         if embedding_bias is not None and (getattr(embedding_bias, "dim", lambda: 0)() != 1
