@@ -136,6 +136,7 @@ class GrammarChecker:
         pending = self._inflight.get(okey)
         if pending is None:
             pending = _Pending(asyncio.ensure_future(self._resolve(okey, vocab, guide, key)))
+            pending.task.add_done_callback(_retrieve)  # its error may outlive every caller's wait
             self._inflight[okey] = pending
         pending.waiters += 1
         try:
@@ -215,6 +216,11 @@ class GrammarChecker:
         if rows > 1:
             cost += f", {step_ms * rows:.2f} ms for its {rows} rows (n)"
         return f"{field}: enforcing this grammar costs {cost}; the limit is {self.step_budget_ms:g} ms; simplify it"
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 @dataclass

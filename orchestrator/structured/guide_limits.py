@@ -15,6 +15,7 @@ from orchestrator.structured.json_depth import JSON_DEPTH, text_depth
 MAX_GROUP_DEPTH = 32  # nested parentheses in a regex or an EBNF rule
 MAX_RULES = 1024  # EBNF rules; JSON Schema objects (each becomes at least one rule)
 MAX_REPEAT = 1024  # the largest bound of a regex or EBNF repetition {m,n}
+STRUCTURAL_TAG_LEVELS = 8  # a structural tag's own levels around the schemas in it (tools, reasoning)
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _EBNF_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]', re.DOTALL)
 _REGEX_ESCAPE_OR_CLASS = re.compile(r"\\.|\[(?:[^\]\\]|\\.)*\]", re.DOTALL)
@@ -28,7 +29,8 @@ def check_structure(guide: Guide) -> None:
     kind, text = guide.compiled_form()
     field = guide.param or f"the {guide.kind} constraint"
     if kind in ("json_schema", "structural_tag"):
-        _at_most(field, guide.param, "nests", text_depth(text), JSON_DEPTH, "levels deep")
+        wrapping = STRUCTURAL_TAG_LEVELS if kind == "structural_tag" else 0  # around the schemas it holds
+        _at_most(field, guide.param, "nests", text_depth(text), JSON_DEPTH + wrapping, "levels deep")
         objects = _JSON_STRING.sub('""', text).count("{")
         _at_most(field, guide.param, "has", objects, MAX_RULES, "schema objects")
         return
