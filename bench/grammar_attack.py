@@ -101,7 +101,7 @@ async def probe_m1(session: aiohttp.ClientSession, base: str, model: str) -> dic
 
 async def run(base: str, model: str) -> dict:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=900)) as session:
-        await fresh_check(session, base, model, "victim")  # the checker processes started
+        await asyncio.gather(*(fresh_check(session, base, model, key) for key in KEYS))  # checkers started
         await stream_gaps(session, base, model)  # warm
         return {"h2": await probe_h2(session, base, model), "m1": await probe_m1(session, base, model)}
 
