@@ -100,6 +100,15 @@ class StructuredConfig(_Section):
 
     compile_timeout_s: float = Field(10.0, gt=0, description="refuse a grammar that takes longer to compile (400)")
     cache_entries: int = Field(4096, ge=1, description="grammar check outcomes remembered, by content")
+    step_budget_ms: float = Field(
+        4.0, gt=0, description="refuse a grammar (400) whose token mask costs more than this per decoding step, "
+        "measured for one row along a short sample walk and multiplied by the request's rows (n)",
+    )
+    checker_processes: int = Field(2, ge=1, description="grammar checker processes (each imports xgrammar)")
+    checks_per_key: int = Field(1, ge=1, description="grammar checks one API key may have in flight at a time")
+    check_wait_s: float = Field(
+        15.0, gt=0, description="a request waits at most this for its grammar's verdict (then 503, Retry-After)"
+    )
 
 
 class HttpConfig(_Section):

@@ -146,8 +146,11 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
     registry.register(EventLoopCollector())
     register_simulation_info(registry, catalogue.engines)
     usage, audit = UsageMeter(registry), AuditLog(config.audit.file, config.audit.include_text)
-    grammar = GrammarChecker(time_limit_s=config.structured.compile_timeout_s,
-                             cache_entries=config.structured.cache_entries)
+    grammar = GrammarChecker(
+        time_limit_s=config.structured.compile_timeout_s, cache_entries=config.structured.cache_entries,
+        processes=config.structured.checker_processes, per_key=config.structured.checks_per_key,
+        wait_s=config.structured.check_wait_s, step_budget_ms=config.structured.step_budget_ms,
+    )
     app = web.Application(
         middlewares=[
             outcome_middleware(HttpDurations(registry), Accounting(usage, audit)),  # first in, last out

@@ -49,7 +49,10 @@ async def running(http: web.Request, prepared: Prepared) -> AsyncIterator[Infere
     try:
         if request.guide is not None:  # a grammar that does not compile never reaches an engine
             eos = engine.manifest.tokenizer.eos_token_ids
-            await state.grammar.check(engine.folder, request.guide, stop_token_ids=eos)
+            await state.grammar.check(  # the tenant's checks in flight are capped
+                engine.folder, request.guide, stop_token_ids=eos, rows=len(request.choices),
+                key=prepared.tenant.key,
+            )
         async with state.scheduler.lease(request, prepared.priority, prepared.tenant) as worker:
             for choice in request.choices:
                 worker.submit(choice.engine_request, request.deliver)

@@ -13,27 +13,17 @@ out), so a repeated guide answers without a round trip.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-import importlib.util
 import json
 import sys
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import InvalidRequest, ModelUnavailable, UnsupportedParameter
+from orchestrator.structured.checker_link import CheckerGone, CheckerLink, VocabRef, XgrammarMissing
 from orchestrator.structured.guide import Guide
-
-INSTALL_HINT = "pip install --no-deps xgrammar==0.1.25 (it needs torch, transformers, numpy, pydantic, ninja)"
-
-
-@dataclass(frozen=True)
-class _VocabRef:
-    key: str  # identity of (folder, tokenizer.json version, stop ids, logits width)
-    folder: str
-    stop_token_ids: tuple[int, ...] | None
-    size: int | None
+from orchestrator.structured.guide_limits import check_structure
 
 
 @dataclass(frozen=True)
@@ -43,15 +33,19 @@ class _Outcome:
 
     verdict: str  # "ok" | "refused" | "slow" | "crashed"
     reason: str = ""
+    step_ms: float = 0.0  # one row's mask cost per decoding step, when ok
 
-
-class _CheckerGone(Exception):
-    """The checker process closed its end (it died)."""
+    @property
+    def definite(self) -> bool:
+        """A verdict about the guide itself, not about the checker's load: worth remembering."""
+        return self.verdict in ("ok", "refused")
 
 
 class GrammarChecker:
-    """Checks guides in a child process. One compile runs at a time; `time_limit_s` bounds each compile,
-    `start_time_limit_s` bounds starting the process and reading a model's vocabulary."""
+    """Checks guides in a pool of `processes` child processes, at most `per_key` at a time for one key.
+    `time_limit_s` bounds each compile, `start_time_limit_s` starting a process and reading a model's
+    vocabulary, `wait_s` a caller's wait for a verdict; `step_budget_ms` is the most one request's guided rows
+    may cost per decoding step, measured along a walk of `walk_steps` steps."""
 
     def __init__(
         self,
@@ -60,26 +54,46 @@ class GrammarChecker:
         start_time_limit_s: float = 120.0,
         cache_entries: int = 4096,
         threads: int = 1,
+        processes: int = 2,
+        per_key: int = 1,
+        wait_s: float = 15.0,
+        step_budget_ms: float = 4.0,
+        walk_steps: int = 8,
         python: str = sys.executable,
     ):
-        self.time_limit_s = time_limit_s
-        self.start_time_limit_s = start_time_limit_s
+        self.time_limit_s, self.wait_s = time_limit_s, wait_s
+        self.step_budget_ms, self.walk_steps = step_budget_ms, walk_steps
         self._cache_entries = cache_entries
-        self._command = [python, "-m", "orchestrator.structured.grammar.checker_process", "--threads", str(threads)]
+        command = [python, "-m", "orchestrator.structured.grammar.checker_process", "--threads", str(threads)]
+        self._links = [CheckerLink(command, start_time_limit_s) for _ in range(processes)]
+        self._idle: asyncio.Queue[CheckerLink] = asyncio.Queue()
+        for link in self._links:
+            self._idle.put_nowait(link)
+        self._per_key = per_key
+        self._key_gates: dict[str, asyncio.Semaphore] = {}
+        self._key_checks: Counter[str] = Counter()  # checks of each key in flight or waiting for its gate
         self._outcomes: OrderedDict[str, _Outcome] = OrderedDict()
-        self._inflight: dict[str, asyncio.Task] = {}
-        self._lock = asyncio.Lock()
-        self._process: asyncio.subprocess.Process | None = None
-        self._loaded: set[str] = set()  # vocabularies the current process has read
+        self._inflight: dict[str, _Pending] = {}
         self._unavailable: str | None = None
-        self.xgrammar_version: str | None = None
         self.round_trips = 0  # compile requests sent to a process
-        self.restarts = 0  # processes killed for a time limit or found dead
+
+    @property
+    def restarts(self) -> int:
+        """Processes killed for a time limit or found dead."""
+        return sum(link.restarts for link in self._links)
+
+    @property
+    def xgrammar_version(self) -> str | None:
+        return next((link.xgrammar_version for link in self._links if link.xgrammar_version), None)
 
     async def start(self) -> None:
-        """Start the process now rather than on the first check (it takes seconds to import xgrammar)."""
-        async with self._lock:
-            await self._ensure_started()
+        """Start the processes now rather than on the first check (each takes seconds to import xgrammar)."""
+        links = [await self._idle.get() for _ in self._links]
+        try:
+            await asyncio.gather(*(self._started(link) for link in links))
+        finally:
+            for link in links:
+                self._idle.put_nowait(link)
 
     async def check(
         self,
@@ -88,30 +102,105 @@ class GrammarChecker:
         *,
         stop_token_ids: tuple[int, ...] | None = None,
         vocab_size: int | None = None,
+        rows: int = 1,
+        key: str = "",
     ) -> None:
-        """Return if `guide` compiles over the vocabulary of engine folder `folder`; raise InvalidRequest
-        quoting xgrammar's reason if it does not, or saying it took longer than the time limit. Raises
-        UnsupportedParameter when xgrammar is not installed, ModelUnavailable when the checker cannot
-        start or read the vocabulary."""
+        """Return if `guide` compiles over the vocabulary of engine folder `folder` and `rows` rows of it fit
+        the step budget; raise InvalidRequest (naming the guide's field) if it is too deep or large to compile,
+        xgrammar refuses it, it takes longer than the time limit or costs too much per step. Raises
+        UnsupportedParameter when xgrammar is not installed, ModelUnavailable (with a retry time) when no
+        verdict came within `wait_s`, or when the checker cannot start or read the vocabulary. `key` names
+        the caller, whose checks in flight are capped."""
+        check_structure(guide)
         vocab = _vocab_ref(folder, stop_token_ids, vocab_size)
-        key = _outcome_key(vocab, guide)
-        outcome = self._outcomes.get(key)
+        okey = _outcome_key(vocab, guide)
+        outcome = self._outcomes.get(okey)
         if outcome is not None:
-            self._outcomes.move_to_end(key)
+            self._outcomes.move_to_end(okey)
         else:
-            task = self._inflight.get(key)
-            if task is None:
-                task = asyncio.ensure_future(self._resolve(key, vocab, guide))
-                self._inflight[key] = task
-            # A cancelled caller leaves the check running, to finish and be remembered.
-            outcome = await asyncio.shield(task)
+            outcome = await self._wait(okey, vocab, guide, key)
         if outcome.verdict != "ok":
             raise InvalidRequest(self._message(guide, outcome), param=guide.param)
+        if outcome.step_ms * rows > self.step_budget_ms:
+            raise InvalidRequest(self._costly(guide, outcome.step_ms, rows), param=guide.param)
 
     async def close(self) -> None:
-        for task in list(self._inflight.values()):
-            task.cancel()
-        await self._kill(restart=False)
+        for pending in list(self._inflight.values()):
+            pending.task.cancel()
+        for link in self._links:
+            await link.kill(restart=False)
+
+    async def _wait(self, okey: str, vocab: VocabRef, guide: Guide, key: str) -> _Outcome:
+        """The verdict of the check of `okey`, started here unless one is in flight; a caller that stops
+        waiting leaves a started check running (its verdict is remembered) and drops one nobody waits for."""
+        pending = self._inflight.get(okey)
+        if pending is None:
+            pending = _Pending(asyncio.ensure_future(self._resolve(okey, vocab, guide, key)))
+            pending.task.add_done_callback(_retrieve)  # its error may outlive every caller's wait
+            self._inflight[okey] = pending
+        pending.waiters += 1
+        try:
+            return await asyncio.wait_for(asyncio.shield(pending.task), self.wait_s)
+        except TimeoutError:
+            field = guide.param or f"the {guide.kind} constraint"
+            raise ModelUnavailable(
+                f"{field}: the grammar checker is busy; no verdict within {self.wait_s:g} s, try again",
+                retry_after_s=self.time_limit_s,
+            ) from None
+        finally:
+            pending.waiters -= 1
+            if pending.waiters == 0 and not pending.started and not pending.task.done():
+                pending.task.cancel()
+                if self._inflight.get(okey) is pending:
+                    del self._inflight[okey]
+
+    async def _resolve(self, okey: str, vocab: VocabRef, guide: Guide, key: str) -> _Outcome:
+        pending = self._inflight[okey]  # set by the caller before this task first runs
+        gate = self._key_gates.setdefault(key, asyncio.Semaphore(self._per_key))
+        self._key_checks[key] += 1
+        try:
+            async with gate:
+                link = await self._idle.get()
+                pending.started = True
+                try:
+                    outcome = await self._compile(link, vocab, guide)
+                finally:
+                    self._idle.put_nowait(link)
+            if outcome.definite:
+                self._outcomes[okey] = outcome
+                while len(self._outcomes) > self._cache_entries:
+                    self._outcomes.popitem(last=False)
+            return outcome
+        finally:
+            if self._inflight.get(okey) is pending:
+                del self._inflight[okey]
+            self._key_checks[key] -= 1
+            if not self._key_checks[key]:
+                del self._key_checks[key], self._key_gates[key]
+
+    async def _compile(self, link: CheckerLink, vocab: VocabRef, guide: Guide) -> _Outcome:
+        await self._started(link)
+        kind, text = guide.compiled_form()
+        message = {"op": "compile", "vocab": vocab.key, "kind": kind, "text": text, "steps": self.walk_steps}
+        self.round_trips += 1
+        try:
+            reply = await link.compile(vocab, message, self.time_limit_s)
+        except TimeoutError:
+            return _Outcome("slow")
+        except CheckerGone as exc:
+            return _Outcome("crashed", str(exc))
+        if not reply["ok"]:
+            return _Outcome("refused", reply["error"])
+        return _Outcome("ok", step_ms=float(reply.get("step_ms", 0.0)))
+
+    async def _started(self, link: CheckerLink) -> None:
+        if self._unavailable is not None:
+            raise UnsupportedParameter(self._unavailable)
+        try:
+            await link.ensure_started()
+        except XgrammarMissing as exc:
+            self._unavailable = str(exc)
+            raise UnsupportedParameter(self._unavailable) from None
 
     def _message(self, guide: Guide, outcome: _Outcome) -> str:
         field = guide.param or f"the {guide.kind} constraint"
@@ -121,117 +210,29 @@ class GrammarChecker:
             return f"{field}: the grammar took longer than {self.time_limit_s:g} s to compile; simplify it"
         return f"{field}: the grammar checker crashed compiling this grammar ({outcome.reason})"
 
-    async def _resolve(self, key: str, vocab: _VocabRef, guide: Guide) -> _Outcome:
-        try:
-            outcome = await self._compile(vocab, guide)
-            self._outcomes[key] = outcome
-            while len(self._outcomes) > self._cache_entries:
-                self._outcomes.popitem(last=False)
-            return outcome
-        finally:
-            self._inflight.pop(key, None)
-
-    async def _compile(self, vocab: _VocabRef, guide: Guide) -> _Outcome:
-        async with self._lock:
-            await self._ensure_started()
-            await self._ensure_loaded(vocab)
-            kind, text = guide.compiled_form()
-            self.round_trips += 1
-            try:
-                reply = await asyncio.wait_for(
-                    self._request({"op": "compile", "vocab": vocab.key, "kind": kind, "text": text}),
-                    self.time_limit_s,
-                )
-            except TimeoutError:
-                await self._kill()
-                return _Outcome("slow")
-            except _CheckerGone as exc:
-                await self._kill()
-                return _Outcome("crashed", str(exc))
-            return _Outcome("ok") if reply["ok"] else _Outcome("refused", reply["error"])
-
-    async def _ensure_started(self) -> None:
-        if self._unavailable is not None:
-            raise UnsupportedParameter(self._unavailable)
-        if self._process is not None and self._process.returncode is None:
-            return
-        if self._process is not None:
-            await self._kill()
-        if importlib.util.find_spec("xgrammar") is None:
-            self._unavailable = f"structured outputs need the xgrammar package on the server: {INSTALL_HINT}"
-            raise UnsupportedParameter(self._unavailable)
-        self._process = await asyncio.create_subprocess_exec(
-            *self._command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
-        )
-        try:
-            hello = await asyncio.wait_for(self._read(), self.start_time_limit_s)
-        except (TimeoutError, _CheckerGone) as exc:
-            await self._kill()
-            raise ModelUnavailable(f"the grammar checker did not start: {exc or 'time limit'}") from exc
-        if not hello.get("ready"):
-            await self._kill()
-            self._unavailable = (
-                f"structured outputs need xgrammar, which cannot be imported here ({hello.get('error')}): "
-                f"{INSTALL_HINT}"
-            )
-            raise UnsupportedParameter(self._unavailable)
-        self.xgrammar_version = hello.get("xgrammar")
-
-    async def _ensure_loaded(self, vocab: _VocabRef) -> None:
-        if vocab.key in self._loaded:
-            return
-        message = {
-            "op": "load",
-            "vocab": vocab.key,
-            "folder": vocab.folder,
-            "stop_token_ids": list(vocab.stop_token_ids) if vocab.stop_token_ids else None,
-            "size": vocab.size,
-        }
-        try:
-            reply = await asyncio.wait_for(self._request(message), self.start_time_limit_s)
-        except (TimeoutError, _CheckerGone) as exc:
-            await self._kill()
-            raise ModelUnavailable(
-                f"the grammar checker could not read the vocabulary of {vocab.folder}"
-            ) from exc
-        if not reply["ok"]:
-            raise ModelUnavailable(
-                f"the grammar checker could not read the vocabulary of {vocab.folder}: {reply['error']}"
-            )
-        self._loaded.add(vocab.key)
-
-    async def _request(self, message: dict) -> dict:
-        process = self._process
-        assert process is not None and process.stdin is not None
-        try:
-            process.stdin.write(json.dumps(message).encode() + b"\n")
-            await process.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError) as exc:
-            raise _CheckerGone("its input closed") from exc
-        return await self._read()
-
-    async def _read(self) -> dict:
-        assert self._process is not None and self._process.stdout is not None
-        line = await self._process.stdout.readline()
-        if not line:
-            code = await self._process.wait()
-            raise _CheckerGone(f"it exited with status {code}")
-        return json.loads(line)
-
-    async def _kill(self, *, restart: bool = True) -> None:
-        """End the process; the next check starts a fresh one (counted in `restarts` unless closing)."""
-        process, self._process = self._process, None
-        self._loaded.clear()
-        if process is None:
-            return
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-        await process.wait()
-        self.restarts += int(restart)
+    def _costly(self, guide: Guide, step_ms: float, rows: int) -> str:
+        field = guide.param or f"the {guide.kind} constraint"
+        cost = f"{step_ms:.2f} ms per row per decoding step"
+        if rows > 1:
+            cost += f", {step_ms * rows:.2f} ms for its {rows} rows (n)"
+        return f"{field}: enforcing this grammar costs {cost}; the limit is {self.step_budget_ms:g} ms; simplify it"
 
 
-def _vocab_ref(folder: Path, stop_token_ids: tuple[int, ...] | None, size: int | None) -> _VocabRef:
+def _retrieve(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+@dataclass
+class _Pending:
+    """A check in flight: its task, how many callers wait for it, and whether it holds a process yet."""
+
+    task: asyncio.Task
+    waiters: int = 0
+    started: bool = False
+
+
+def _vocab_ref(folder: Path, stop_token_ids: tuple[int, ...] | None, size: int | None) -> VocabRef:
     folder = Path(folder).resolve()
     try:
         stat = (folder / "tokenizer.json").stat()  # a rebuilt engine folder is a new vocabulary
@@ -239,10 +240,10 @@ def _vocab_ref(folder: Path, stop_token_ids: tuple[int, ...] | None, size: int |
         raise ModelUnavailable(f"the grammar checker found no tokenizer.json in {folder}") from exc
     stops = tuple(stop_token_ids) if stop_token_ids else None
     key = json.dumps([str(folder), stat.st_mtime_ns, stat.st_size, stops, size])
-    return _VocabRef(hashlib.sha256(key.encode()).hexdigest(), str(folder), stops, size)
+    return VocabRef(hashlib.sha256(key.encode()).hexdigest(), str(folder), stops, size)
 
 
-def _outcome_key(vocab: _VocabRef, guide: Guide) -> str:
+def _outcome_key(vocab: VocabRef, guide: Guide) -> str:
     digest = hashlib.sha256(f"{vocab.key}\0{guide.kind}\0".encode())
     digest.update(guide.text.encode())
     return digest.hexdigest()

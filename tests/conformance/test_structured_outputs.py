@@ -148,6 +148,19 @@ def test_an_invalid_schema_is_a_400_naming_the_problem_and_others_are_served(ser
     assert admin_models(server.base_url)[model]["pid"] == pid  # the engine never saw the bad grammars
 
 
+def test_a_grammar_too_costly_per_step_or_too_deep_is_a_400_naming_its_field(server, client, model):
+    pid = admin_models(server.base_url)[model]["pid"]
+    for body, words in [
+        ({"structured_outputs": {"regex": "([a-z ]{64}\n){8}"}, "n": 16}, "ms per row per decoding step"),
+        ({"structured_outputs": {"regex": "(" * 40 + "a" + ")" * 40}}, "40 groups deep"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.completions.create(model=model, prompt="Words:", max_tokens=5, extra_body=body)
+        assert caught.value.body["param"] == "structured_outputs.regex"
+        assert words in caught.value.body["message"]
+    assert admin_models(server.base_url)[model]["pid"] == pid
+
+
 # -- tools ------------------------------------------------------------------------------------------------------
 def test_required_tool_calls_have_arguments_that_validate(client, model):
     reply = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER, TIME], tool_choice="required",

@@ -40,7 +40,7 @@ def loop():
 
 @pytest.fixture(scope="module")
 def checker(loop):
-    checker = GrammarChecker(time_limit_s=1.0)
+    checker = GrammarChecker(time_limit_s=1.0, processes=1)
     yield checker
     loop.run_until_complete(checker.close())
 
@@ -113,7 +113,7 @@ def test_concurrent_checks_of_one_guide_share_one_compile(loop, checker, smollm2
 def test_a_pathological_grammar_hits_the_time_limit_and_the_next_check_still_works(
     loop, checker, smollm2_vocab_dir
 ):
-    slow = Guide("ebnf", pathological_grammar(3000), param="structured_outputs.grammar")
+    slow = Guide("ebnf", pathological_grammar(400), param="structured_outputs.grammar")
     restarts = checker.restarts
     with pytest.raises(InvalidRequest) as refused:
         loop.run_until_complete(checker.check(smollm2_vocab_dir, slow))
@@ -123,9 +123,9 @@ def test_a_pathological_grammar_hits_the_time_limit_and_the_next_check_still_wor
     assert checker.restarts == restarts + 1
     loop.run_until_complete(checker.check(smollm2_vocab_dir, Guide("json_object")))  # a fresh process answers
     trips = checker.round_trips
-    with pytest.raises(InvalidRequest, match="longer than 1 s"):  # remembered: no second minute-long compile
+    with pytest.raises(InvalidRequest, match="longer than 1 s"):  # a time-out is not remembered: checked again
         loop.run_until_complete(checker.check(smollm2_vocab_dir, slow))
-    assert (checker.round_trips, checker.restarts) == (trips, restarts + 1)
+    assert (checker.round_trips, checker.restarts) == (trips + 1, restarts + 2)
 
 
 def test_a_folder_without_a_vocabulary_is_a_server_problem(loop, checker, tmp_path):
@@ -178,3 +178,89 @@ def test_the_checker_process_speaks_one_json_line_per_request(smollm2_vocab_dir)
     assert replies[1] == {"ok": True, "vocab_size": 49152}
     assert replies[2]["ok"] is True
     assert replies[3]["ok"] is False and replies[3]["error"]
+
+
+# -- what a guide costs per step, and structural limits before compiling -----------------------------------------
+def test_a_grammar_whose_mask_costs_too_much_per_step_is_refused_naming_its_field(loop, checker, smollm2_vocab_dir):
+    costly = Guide("regex", "([a-z ]{64}\n){8}", param="structured_outputs.regex")  # ~20 ms per row per step
+    with pytest.raises(InvalidRequest) as refused:
+        loop.run_until_complete(checker.check(smollm2_vocab_dir, costly))
+    assert refused.value.param == "structured_outputs.regex"
+    assert "ms per row per decoding step" in refused.value.message
+    assert f"the limit is {checker.step_budget_ms:g} ms" in refused.value.message
+
+
+def test_each_row_of_a_request_is_charged_the_guides_cost(loop, checker, smollm2_vocab_dir):
+    cheap = Guide("regex", "[a-z ]+", param="structured_outputs.regex")
+    loop.run_until_complete(checker.check(smollm2_vocab_dir, cheap, rows=1))
+    trips = checker.round_trips
+    with pytest.raises(InvalidRequest, match=r"rows \(n\)") as refused:
+        loop.run_until_complete(checker.check(smollm2_vocab_dir, cheap, rows=1_000_000))
+    assert refused.value.param == "structured_outputs.regex"
+    assert checker.round_trips == trips  # the cost was measured once and remembered
+
+
+@pytest.mark.parametrize(
+    ("guide", "words"),
+    [
+        (Guide("regex", "(" * 40 + "a" + ")" * 40, param="structured_outputs.regex"), "40 groups deep"),
+        (Guide("regex", "a{5000}", param="structured_outputs.regex"), "repeats 5000 times"),
+        (Guide("ebnf", pathological_grammar(1100), param="structured_outputs.grammar"), "1101 rules"),
+        (Guide("json_schema", json.dumps({"anyOf": [{"type": "object"}] * 1100}), param="response_format"),
+         "1101 schema objects"),
+    ],
+)
+def test_a_guide_too_deep_or_too_large_is_refused_before_compiling(loop, checker, smollm2_vocab_dir, guide, words):
+    trips = checker.round_trips
+    with pytest.raises(InvalidRequest, match=words) as refused:
+        loop.run_until_complete(checker.check(smollm2_vocab_dir, guide))
+    assert refused.value.param == guide.param
+    assert checker.round_trips == trips
+
+
+# -- several checks at once: a pool of processes, a cap per key, a deadline on waiting ---------------------------
+@pytest.fixture(scope="module")
+def pool(loop, smollm2_vocab_dir):
+    pool = GrammarChecker(time_limit_s=2.0, processes=2, per_key=1, wait_s=60.0)
+
+    async def warm():  # both processes started, each with the vocabulary read
+        await asyncio.gather(*(
+            pool.check(smollm2_vocab_dir, Guide("regex", f"[0-9]{{{i + 1}}}"), key=f"warm{i}") for i in range(2)
+        ))
+
+    loop.run_until_complete(warm())
+    yield pool
+    loop.run_until_complete(pool.close())
+
+
+def test_one_keys_slow_grammars_do_not_hold_up_another_keys_fresh_one(loop, pool, smollm2_vocab_dir):
+    slow = [Guide("ebnf", pathological_grammar(300 + i)) for i in range(2)]
+
+    async def race():
+        attack = [asyncio.ensure_future(pool.check(smollm2_vocab_dir, g, key="a")) for g in slow]
+        await asyncio.sleep(0.2)
+        await pool.check(smollm2_vocab_dir, Guide("regex", "[a-f]{3}"), key="b")
+        done = [task.done() for task in attack]
+        await asyncio.gather(*attack, return_exceptions=True)
+        return done
+
+    assert loop.run_until_complete(race()) == [False, False]
+
+
+def test_a_caller_waits_at_most_the_deadline_then_gets_a_retry_time(loop, pool, smollm2_vocab_dir):
+    async def behind_own_slow_check():
+        slow = asyncio.ensure_future(pool.check(smollm2_vocab_dir, Guide("ebnf", pathological_grammar(320)), key="a"))
+        await asyncio.sleep(0.2)
+        pool.wait_s = 0.5
+        try:
+            with pytest.raises(ModelUnavailable, match="busy") as busy:
+                await pool.check(smollm2_vocab_dir, Guide("regex", "[g-k]{3}", param="structured_outputs.regex"),
+                                 key="a")
+        finally:
+            pool.wait_s = 60.0
+        await asyncio.gather(slow, return_exceptions=True)
+        return busy.value
+
+    busy = loop.run_until_complete(behind_own_slow_check())
+    assert busy.retry_after_s == pool.time_limit_s
+    assert "structured_outputs.regex" in busy.message

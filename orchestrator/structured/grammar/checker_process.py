@@ -6,8 +6,9 @@ Protocol: one JSON object per line. On start it writes `{"ready": true, "xgramma
 
 - `{"op": "load", "vocab": KEY, "folder": DIR, "stop_token_ids": [..] | null, "size": N | null}` reads the
   folder's vocabulary once and keeps a compiler for it under KEY;
-- `{"op": "compile", "vocab": KEY, "kind": K, "text": T}` compiles one guide (compiled form; a structural
-  tag also as its EBNF lowering);
+- `{"op": "compile", "vocab": KEY, "kind": K, "text": T, "steps": S}` compiles one guide (compiled form; a
+  structural tag also as its EBNF lowering) and measures its mask cost along a sample walk of S steps
+  (`step_ms`: mean ms to fill one row's bitmask per step);
 
 each answered by `{"ok": true, ...}` or `{"ok": false, "error": reason}`. Requests are handled one at a
 time; the parent enforces time limits by killing this process.
@@ -26,7 +27,12 @@ from pathlib import Path
 
 def _serve(channel, threads: int) -> int:
     try:
-        from orchestrator.structured.grammar.compile import GrammarRefused, check_guide, new_compiler
+        from orchestrator.structured.grammar.compile import (
+            GrammarRefused,
+            check_guide,
+            mask_cost_ms,
+            new_compiler,
+        )
         from orchestrator.structured.vocabulary import load_vocabulary
     except Exception as exc:  # xgrammar or one of its dependencies (torch, transformers) is missing
         _send(channel, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
@@ -47,8 +53,10 @@ def _serve(channel, threads: int) -> int:
                 reply = {"ok": True, "vocab_size": vocabulary.size}
             else:
                 started = time.perf_counter()
-                check_guide(compilers[request["vocab"]], request["kind"], request["text"])
-                reply = {"ok": True, "compile_ms": round((time.perf_counter() - started) * 1000, 3)}
+                compiled = check_guide(compilers[request["vocab"]], request["kind"], request["text"])
+                compile_ms = round((time.perf_counter() - started) * 1000, 3)
+                step_ms = mask_cost_ms(compiled, request.get("steps", 8))
+                reply = {"ok": True, "compile_ms": compile_ms, "step_ms": round(step_ms, 4)}
         except GrammarRefused as exc:
             reply = {"ok": False, "error": exc.reason}
         except Exception as exc:

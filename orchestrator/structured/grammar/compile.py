@@ -8,7 +8,9 @@ Imports xgrammar, hence torch and transformers: only the grammar checker's proce
 from __future__ import annotations
 
 import re
+import time
 
+import numpy as np
 import xgrammar as xgr
 
 from orchestrator.structured.grammar.lowering import structural_tag_as_ebnf
@@ -80,10 +82,11 @@ def clean_reason(exc: BaseException) -> str:
     return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 3] + "..."
 
 
-def check_guide(compiler: xgr.GrammarCompiler, kind: str, text: str) -> None:
+def check_guide(compiler: xgr.GrammarCompiler, kind: str, text: str) -> xgr.CompiledGrammar:
     """What the grammar checker runs: compile the guide, and for a structural tag also its EBNF lowering
-    (lowering.py), so either form can be handed to TensorRT-LLM. GrammarRefused if either fails."""
-    compile_guide(compiler, kind, text)
+    (lowering.py), so either form can be handed to TensorRT-LLM. GrammarRefused if either fails; else the
+    compiled guide."""
+    compiled = compile_guide(compiler, kind, text)
     if kind == "structural_tag":
         try:
             lowered = structural_tag_as_ebnf(text)
@@ -93,3 +96,25 @@ def check_guide(compiler: xgr.GrammarCompiler, kind: str, text: str) -> None:
             compile_guide(compiler, "ebnf", lowered)
         except GrammarRefused as exc:
             raise GrammarRefused(f"its EBNF form does not compile: {exc.reason}") from exc
+    return compiled
+
+
+def mask_cost_ms(compiled: xgr.CompiledGrammar, steps: int) -> float:
+    """The mean time to fill one row's token bitmask, in ms, along a sample walk of up to `steps` steps: at
+    each step the mask is filled (timed) and the lowest allowed token that does not end the output is
+    accepted, so the walk stays inside the grammar where a decoder spends its steps."""
+    info = compiled.tokenizer_info
+    matcher = xgr.GrammarMatcher(compiled)
+    bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
+    stops = set(info.stop_token_ids)
+    spent, filled = 0.0, 0
+    for _ in range(steps):
+        started = time.perf_counter()
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        spent += time.perf_counter() - started
+        filled += 1
+        allowed = np.flatnonzero(np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little"))
+        token = next((int(t) for t in allowed[: info.vocab_size] if int(t) not in stops), None)
+        if token is None or not matcher.accept_token(token):
+            break
+    return spent * 1000 / max(filled, 1)
