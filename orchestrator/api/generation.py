@@ -16,6 +16,7 @@ from typing import Protocol
 import orjson
 from aiohttp import web
 
+from orchestrator.access.keys import ANONYMOUS
 from orchestrator.api.completions_format import Format, now
 from orchestrator.api.preparation import FrontDoorRequest, Prepared, prepare_generation
 from orchestrator.api.record import record_of
@@ -51,7 +52,7 @@ async def running(http: web.Request, prepared: Prepared) -> AsyncIterator[Infere
             eos = engine.manifest.tokenizer.eos_token_ids
             await state.grammar.check(  # the tenant's checks in flight are capped
                 engine.folder, request.guide, stop_token_ids=eos, rows=len(request.choices),
-                key=prepared.tenant.key,
+                key=None if prepared.tenant.key == ANONYMOUS.name else prepared.tenant.key,
             )
         async with state.scheduler.lease(request, prepared.priority, prepared.tenant) as worker:
             for choice in request.choices:

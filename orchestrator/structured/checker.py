@@ -13,6 +13,7 @@ out), so a repeated guide answers without a round trip.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import sys
@@ -103,14 +104,15 @@ class GrammarChecker:
         stop_token_ids: tuple[int, ...] | None = None,
         vocab_size: int | None = None,
         rows: int = 1,
-        key: str = "",
+        key: str | None = None,
     ) -> None:
         """Return if `guide` compiles over the vocabulary of engine folder `folder` and `rows` rows of it fit
         the step budget; raise InvalidRequest (naming the guide's field) if it is too deep or large to compile,
         xgrammar refuses it, it takes longer than the time limit or costs too much per step. Raises
         UnsupportedParameter when xgrammar is not installed, ModelUnavailable (with a retry time) when no
         verdict came within `wait_s`, or when the checker cannot start or read the vocabulary. `key` names
-        the caller, whose checks in flight are capped."""
+        the caller, whose checks in flight are capped; None (a server without keys, where every caller is the
+        same anonymous one) takes only a free process of the pool."""
         check_structure(guide)
         vocab = _vocab_ref(folder, stop_token_ids, vocab_size)
         okey = _outcome_key(vocab, guide)
@@ -130,7 +132,7 @@ class GrammarChecker:
         for link in self._links:
             await link.kill(restart=False)
 
-    async def _wait(self, okey: str, vocab: VocabRef, guide: Guide, key: str) -> _Outcome:
+    async def _wait(self, okey: str, vocab: VocabRef, guide: Guide, key: str | None) -> _Outcome:
         """The verdict of the check of `okey`, started here unless one is in flight; a caller that stops
         waiting leaves a started check running (its verdict is remembered) and drops one nobody waits for."""
         pending = self._inflight.get(okey)
@@ -154,10 +156,13 @@ class GrammarChecker:
                 if self._inflight.get(okey) is pending:
                     del self._inflight[okey]
 
-    async def _resolve(self, okey: str, vocab: VocabRef, guide: Guide, key: str) -> _Outcome:
+    async def _resolve(self, okey: str, vocab: VocabRef, guide: Guide, key: str | None) -> _Outcome:
         pending = self._inflight[okey]  # set by the caller before this task first runs
-        gate = self._key_gates.setdefault(key, asyncio.Semaphore(self._per_key))
-        self._key_checks[key] += 1
+        if key is None:
+            gate: asyncio.Semaphore | contextlib.nullcontext = contextlib.nullcontext()
+        else:
+            gate = self._key_gates.setdefault(key, asyncio.Semaphore(self._per_key))
+            self._key_checks[key] += 1
         try:
             async with gate:
                 link = await self._idle.get()
@@ -174,9 +179,10 @@ class GrammarChecker:
         finally:
             if self._inflight.get(okey) is pending:
                 del self._inflight[okey]
-            self._key_checks[key] -= 1
-            if not self._key_checks[key]:
-                del self._key_checks[key], self._key_gates[key]
+            if key is not None:
+                self._key_checks[key] -= 1
+                if not self._key_checks[key]:
+                    del self._key_checks[key], self._key_gates[key]
 
     async def _compile(self, link: CheckerLink, vocab: VocabRef, guide: Guide) -> _Outcome:
         await self._started(link)

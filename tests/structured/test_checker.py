@@ -247,6 +247,19 @@ def test_one_keys_slow_grammars_do_not_hold_up_another_keys_fresh_one(loop, pool
     assert loop.run_until_complete(race()) == [False, False]
 
 
+def test_without_keys_a_fresh_grammar_takes_the_free_process_beside_a_slow_one(loop, pool, smollm2_vocab_dir):
+    """A server without keys has one caller, anonymous (key None): its checks use the whole pool."""
+    async def race():
+        slow = asyncio.ensure_future(pool.check(smollm2_vocab_dir, Guide("ebnf", pathological_grammar(330)), key=None))
+        await asyncio.sleep(0.2)
+        await pool.check(smollm2_vocab_dir, Guide("regex", "[l-p]{3}"), key=None)
+        done = slow.done()
+        await asyncio.gather(slow, return_exceptions=True)
+        return done
+
+    assert loop.run_until_complete(race()) is False
+
+
 def test_a_caller_waits_at_most_the_deadline_then_gets_a_retry_time(loop, pool, smollm2_vocab_dir):
     async def behind_own_slow_check():
         slow = asyncio.ensure_future(pool.check(smollm2_vocab_dir, Guide("ebnf", pathological_grammar(320)), key="a"))
