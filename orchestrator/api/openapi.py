@@ -104,6 +104,27 @@ def _answer(path: str) -> dict:
             "content": content}
 
 
+def _by_role(message: dict) -> dict:
+    """A chat message as the roles its validator allows (ChatMessage._fits_role), which pydantic's schema cannot
+    say: content everywhere but on an assistant message that carries tool calls, tool_calls only on assistant
+    messages, and tool_call_id on tool messages and only there."""
+    properties, null = message["properties"], {"type": "null"}
+    content = {"anyOf": [branch for branch in properties["content"]["anyOf"] if branch != null]}
+
+    def variant(roles: list[str], required: list[str], **fields: dict) -> dict:
+        return {**message, "properties": {**properties, "role": {"enum": roles}, **fields},
+                "required": ["role", *required]}
+
+    no_calls = {"tool_calls": null}
+    return {"title": message["title"], "anyOf": [
+        variant(["system", "developer", "user"], ["content"], content=content, tool_call_id=null, **no_calls),
+        variant(["tool"], ["content", "tool_call_id"], content=content, tool_call_id={"type": "string"}, **no_calls),
+        variant(["assistant"], ["content"], content=content, tool_call_id=null),
+        variant(["assistant"], ["tool_calls"], tool_call_id=null, tool_calls={
+            **properties["tool_calls"]["anyOf"][0], "minItems": 1}),
+    ]}
+
+
 @cache
 def document() -> dict:
     models = [(model, "validation") for _, _, types in _OPERATIONS for model in types]
@@ -121,6 +142,7 @@ def document() -> dict:
             },
         }}
     components = {**schemas.get("$defs", {}), "Error": _ERROR, "AnthropicError": _ANTHROPIC_ERROR}
+    components["ChatMessage"] = _by_role(components["ChatMessage"])
     return {
         "openapi": "3.1.0",
         "info": {"title": "Inferno", "version": __version__},
