@@ -110,6 +110,15 @@ def test_top_k_one_and_a_tiny_top_p_are_greedy():
         assert [c.token for c in sample(row.copy(), [top_k, top_p])] == [7, 7]
 
 
+def test_a_temperature_too_small_for_float32_is_greedy():
+    row = logits(7, 7)
+    row[:, 6] = 4.9
+    for temperature in (5e-324, 3e-243, 1e-40):  # zero in float32, or a quotient past its range
+        tiny = sampler(SamplingParams(temperature=temperature, top_p=0.1, seed=3))
+        choice = sample(row.copy(), [tiny, sampler(SamplingParams(temperature=temperature, seed=3))])
+        assert [(c.token, c.error) for c in choice] == [(7, None), (7, None)]
+
+
 def test_min_p_never_draws_a_token_below_its_threshold():
     row = np.full((1, VOCAB), 0.0, dtype=np.float32)
     row[0, :3] = [3.0, 2.9, 2.8]  # the rest is e^-3 ~ 5% of the best each

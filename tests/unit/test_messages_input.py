@@ -107,6 +107,13 @@ def test_server_tools_are_refused_naming_them():
     assert caught.value.param == "tools[1].type"
 
 
+@pytest.mark.parametrize("tool", [None, 5, "bash", [WEATHER]])
+def test_a_tool_that_is_not_an_object_is_refused_naming_it(tool):
+    with pytest.raises(InvalidRequest) as caught:
+        request(messages=[{"role": "user", "content": "x"}], tools=[WEATHER, tool])
+    assert caught.value.param.startswith("tools[1]")
+
+
 def test_claude_codes_fields_are_accepted_and_unknown_ones_refused():
     request(messages=[{"role": "user", "content": "x"}], thinking={"type": "adaptive"}, metadata={"user_id": "u"},
             context_management={"edits": []}, output_config={"effort": "high"}, service_tier="standard_only",

@@ -63,11 +63,19 @@ class ServerTool(_Lenient):
     type: str
 
 
-Tool = Annotated[
-    Annotated[CustomTool, Tag("custom")] | Annotated[ServerTool, Tag("server")],
-    Discriminator(lambda v: "custom" if (v.get("type") if isinstance(v, dict) else v.type) in (None, "custom")
-                  else "server"),
-]
+def _tool_kind(value: Any) -> str | None:
+    """A tool's kind by its type (none or "custom": a custom tool); None for a value that is not an object, which
+    validation refuses naming the field."""
+    if isinstance(value, dict):
+        kind = value.get("type")
+    elif isinstance(value, BaseModel):
+        kind = getattr(value, "type", None)
+    else:
+        return None
+    return "custom" if kind in (None, "custom") else "server"
+
+
+Tool = Annotated[Annotated[CustomTool, Tag("custom")] | Annotated[ServerTool, Tag("server")], Discriminator(_tool_kind)]
 
 
 class ToolChoice(_Wire):

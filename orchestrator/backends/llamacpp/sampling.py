@@ -220,7 +220,11 @@ def _sampled_choice(row: np.ndarray, sampler: SequenceSampler) -> Sampled:
     s = sampler.request.sampling
     if not np.isfinite(row.max()):
         return Sampled(0, error="no token is allowed at this position")
-    ids, probs = _kept(row / np.float32(s.temperature), s)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        scaled = row / np.float32(s.temperature)
+    if not np.isfinite(scaled.max()):  # a temperature so small the row overflows: its limit, the argmax
+        return _greedy_choice(row, int(np.argmax(row)), sampler.request)
+    ids, probs = _kept(scaled, s)
     if s.min_p > 0.0:
         keep = probs >= s.min_p * probs.max()
         ids = np.flatnonzero(keep) if ids is None else ids[keep]
