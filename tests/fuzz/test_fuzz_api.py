@@ -107,7 +107,9 @@ def _stream_problems(path: str, raw: bytes) -> str | None:
             if "error" in parsed and not is_openai_error(parsed):
                 return f"a malformed error event: {event[:300]!r}"
         return None
-    events = [_named_event(block) for block in raw.split(b"\n\n") if block.strip()]
+    blocks = [block for block in raw.split(b"\n\n") if block.strip()]
+    # a comment block (": keepalive", sent while a long prompt is computed) is SSE, not an event
+    events = [_named_event(block) for block in blocks if not block.strip().startswith(b":")]
     if not events or None in events:
         return f"a stream that is not named events: {raw[-300:]!r}"
     if any(name != data.get("type") for name, data in events):
