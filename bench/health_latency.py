@@ -1,7 +1,8 @@
 """How long /health takes to answer while the server works on the biggest prompts it accepts.
 
 Starts the real server, pings /health every 10 ms from its own connection, and meanwhile sends the requests
-of `workloads` one after the other. The same run with `--inline` parses and tokenises everything on the
+of `workloads` one after the other, then a flood of four clients sending ~3.8 MB /tokenize and /detokenize
+bodies at once. The same run with `--inline` parses and tokenises everything on the
 event loop, for comparison. Writes JSON to bench/results/.
 
     python -m bench.health_latency [--inline]
@@ -90,6 +91,46 @@ async def measure(base_url: str, path: str, body: dict) -> dict:
     }
 
 
+FLOOD_CLIENTS, FLOOD_ROUNDS, FLOOD_BYTES = 4, 3, 3_800_000
+
+
+def flood_bodies() -> list[tuple[str, bytes]]:
+    """The tokenize flood: two clients send ~3.8 MB /tokenize texts, two ~3.8 MB /detokenize id lists."""
+    ids = list(range(1, 40_000)) * (FLOOD_BYTES // 240_000 + 1)
+    detokenize = orjson.dumps({"model": MODEL, "tokens": ids[: FLOOD_BYTES // 6]})
+    tokenize = orjson.dumps({"model": MODEL, "prompt": text_of(FLOOD_BYTES)})
+    return [("/tokenize", tokenize), ("/detokenize", detokenize)] * (FLOOD_CLIENTS // 2)
+
+
+async def measure_flood(base_url: str) -> dict:
+    """/health latencies while FLOOD_CLIENTS clients each send FLOOD_ROUNDS big /tokenize or /detokenize
+    bodies, one after another."""
+    stop = asyncio.Event()
+    no_limit = aiohttp.ClientTimeout(total=None)
+    statuses: list[int] = []
+
+    async def client(path: str, data: bytes) -> None:
+        async with aiohttp.ClientSession(timeout=no_limit) as session:
+            for _ in range(FLOOD_ROUNDS):
+                async with session.post(f"{base_url}{path}", data=data,
+                                        headers={"Content-Type": "application/json"}) as response:
+                    await response.read()
+                    statuses.append(response.status)
+
+    async with aiohttp.ClientSession(timeout=no_limit) as pinger:
+        pinging = asyncio.create_task(ping(pinger, f"{base_url}/health", stop))
+        started = time.perf_counter()
+        await asyncio.gather(*(client(path, data) for path, data in flood_bodies()))
+        took = time.perf_counter() - started
+        stop.set()
+        latencies = await pinging
+    return {"clients": FLOOD_CLIENTS, "requests": len(statuses), "statuses": sorted(set(statuses)),
+            "flood_s": rounded(took, 2), "health_pings": len(latencies),
+            "health_max_ms": rounded(max(latencies) * 1000, 2),
+            "health_p99_ms": rounded(percentile(latencies, 99) * 1000, 2),
+            "health_p50_ms": rounded(percentile(latencies, 50) * 1000, 2)}
+
+
 async def measure_idle(base_url: str, seconds: float = 1.0) -> dict:
     stop = asyncio.Event()
     async with aiohttp.ClientSession() as pinger:
@@ -111,6 +152,8 @@ async def run(base_url: str, engine_dir: Path) -> dict:
     for name, (path, body) in workloads(engine.manifest.limits.max_input_len, most_prompt_chars(engine)).items():
         results[name] = await measure(base_url, path, body)
         print(name, results[name], file=sys.stderr, flush=True)
+    results["tokenize_flood"] = await measure_flood(base_url)
+    print("tokenize_flood", results["tokenize_flood"], file=sys.stderr, flush=True)
     return results
 
 
