@@ -28,7 +28,7 @@ class WorkerConfig(_Section):
     # The backends' own options (backends/options.py: each backend's section takes the ones it declares).
     device: Device = Field("auto", description="device for the hf backend: auto picks cuda when torch sees a GPU")
     threads: Threads = Field(
-        None, description="CPU threads per hf or llamacpp worker (default: hf all cores; llamacpp all but one for short steps, all for long ones)"
+        None, description="CPU threads per hf or llamacpp worker (default: hf all cores; llamacpp all but one or all, whichever is faster per step size)"
     )
     prompt_cache_bytes: PromptCacheBytes = Field(
         None,

@@ -57,7 +57,7 @@ class HfOptions(BackendOptions):
 
 class LlamaCppOptions(BackendOptions):
     backend: ClassVar[str] = "llamacpp"
-    threads: Threads = None  # llama.cpp's threads for every step (None: llamacpp.step_threads sizes them per step)
+    threads: Threads = None  # llama.cpp's threads for every step (None: learned per step size, llamacpp/threads.py)
     prompt_cache_bytes: PromptCacheBytes = None  # the RAM prompt cache (llama-server's --cache-ram)
 
 

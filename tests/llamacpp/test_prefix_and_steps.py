@@ -3,9 +3,10 @@ the RAM prompt cache keeps, and what one engine step computes."""
 
 from __future__ import annotations
 
-from orchestrator.backends.llamacpp.backend import kv_layout, step_threads
+from orchestrator.backends.llamacpp.backend import kv_layout
 from orchestrator.backends.llamacpp.cache import RamPromptCache, Slot, common_prefix, place, worth_saving
-from orchestrator.backends.llamacpp.step import MANY_THREADS_FROM, StepThreads, plan_step
+from orchestrator.backends.llamacpp.step import plan_step
+from orchestrator.backends.llamacpp.threads import RETRY_EVERY, TRIES, ThreadTuner, size_class
 
 
 def test_common_prefix():
@@ -87,18 +88,42 @@ def test_a_full_batch_of_decodes_leaves_no_room_for_prompts():
     assert len(plan.decode) == 8 and plan.prefill == ()
 
 
-def test_short_steps_leave_a_core_to_the_serving_path_and_long_steps_take_them_all():
-    threads = step_threads(None, cores=2)
-    assert threads.for_step(1) == 1 and threads.for_step(MANY_THREADS_FROM - 1) == 1
-    assert threads.for_step(MANY_THREADS_FROM) == 2 and threads.for_step(512) == 2
-    assert step_threads(None, cores=1) == StepThreads(1, 1)
-    assert step_threads(None, cores=16).for_step(1) == 15 and step_threads(None, cores=16).for_step(64) == 16
+def run_steps(tuner: ThreadTuner, tokens: int, seconds_on: dict[int, float], steps: int) -> list[int]:
+    """Steps of `tokens` tokens that take `seconds_on[threads]` each; the thread counts they ran on."""
+    chosen = []
+    for _ in range(steps):
+        threads = tuner.choose(tokens)
+        tuner.observe(tokens, threads, seconds_on[threads])
+        chosen.append(threads)
+    return chosen
 
 
-def test_configured_threads_run_every_step():
-    threads = step_threads(3, cores=16)
-    assert {threads.for_step(n) for n in (1, 8, 512)} == {3}
-    assert threads.describe() == "3 threads"
+def test_each_step_size_tries_both_counts_interleaved_then_keeps_the_faster():
+    tuner = ThreadTuner.default(cores=2)
+    assert tuner.candidates == (1, 2) and tuner.most == 2
+    chosen = run_steps(tuner, 1, {1: 0.007, 2: 0.070}, 2 * TRIES + 20)
+    assert chosen[:4] == [1, 2, 1, 2] and chosen[2 * TRIES:] == [1] * 20  # one token: 1 thread is faster here
+    chosen = run_steps(tuner, 16, {1: 0.050, 2: 0.030}, 2 * TRIES + 20)
+    assert chosen[2 * TRIES:] == [2] * 20  # sixteen tokens, another size class: 2 threads are
+    assert run_steps(tuner, 1, {1: 0.007, 2: 0.070}, 5) == [1] * 5  # each class keeps its own answer
+
+
+def test_the_slower_count_is_timed_again_after_a_while_since_load_changes():
+    tuner = ThreadTuner.default(cores=2)
+    run_steps(tuner, 1, {1: 0.007, 2: 0.070}, RETRY_EVERY - 1)
+    later = run_steps(tuner, 1, {1: 0.090, 2: 0.010}, 2 * TRIES + 10)  # the machine got busier: now 2 wins
+    assert 2 in later[:TRIES] and later[-10:] == [2] * 10
+
+
+def test_size_classes_are_powers_of_two():
+    assert [size_class(n) for n in (1, 2, 3, 4, 7, 8, 16, 31, 32, 512)] == [0, 1, 1, 2, 2, 3, 4, 4, 5, 5]
+
+
+def test_configured_threads_run_every_step_and_one_core_has_one_choice():
+    tuner = ThreadTuner.fixed(3)
+    assert run_steps(tuner, 1, {3: 0.01}, 3) == [3, 3, 3] and tuner.describe() == "3 threads"
+    assert ThreadTuner.default(cores=1).candidates == (1,)
+    assert ThreadTuner.default(cores=16).candidates == (15, 16)
 
 
 def test_a_budget_holding_every_slot_at_full_length_gives_each_slot_a_stream():

@@ -17,7 +17,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from orchestrator.backends.llamacpp.step import StepThreads
+from orchestrator.backends.llamacpp.threads import ThreadTuner
 from orchestrator.backends.options import prompt_cache_budget
 from orchestrator.backends.protocol import (
     BackendSettings,
@@ -72,10 +72,10 @@ def _pinned() -> str:
     return PINNED_BINDING
 
 
-def step_threads(configured: int | None, cores: int) -> StepThreads:
+def step_threads(configured: int | None, cores: int) -> ThreadTuner:
     """The threads llama.cpp's steps run on: `--worker.threads` for every step when given; else all cores but one
-    for short steps and all of them for long ones (StepThreads.default; measured in docs/llamacpp.md, "Threads")."""
-    return StepThreads.fixed(configured) if configured else StepThreads.default(cores)
+    or all of them, whichever the steps of each size run faster on (threads.py)."""
+    return ThreadTuner.fixed(configured) if configured else ThreadTuner.default(cores)
 
 
 def kv_cells(settings: BackendSettings) -> int:
@@ -163,7 +163,7 @@ class LlamaCppBackend:
             n_ctx=layout.cells,
             n_batch=limits.max_num_tokens,
             n_seq_max=layout.slots,
-            n_threads=threads.many,
+            n_threads=threads.most,
             unified=layout.unified,
         )
         self._context = Context(self._model, shape)

@@ -32,7 +32,8 @@ from orchestrator.backends.llamacpp.api import Context
 from orchestrator.backends.llamacpp.cache import RamPromptCache, Slot, place, worth_saving
 from orchestrator.backends.llamacpp.sampling import SequenceSampler, TokenConstraint, sample
 from orchestrator.backends.llamacpp.slots import SlotTable
-from orchestrator.backends.llamacpp.step import PREFILL_WHILE_DECODING, StepPlan, StepThreads, plan_step
+from orchestrator.backends.llamacpp.step import PREFILL_WHILE_DECODING, StepPlan, plan_step
+from orchestrator.backends.llamacpp.threads import ThreadTuner
 from orchestrator.backends.protocol import BackendStats
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.errors import ContextLengthExceeded, EngineError
@@ -69,7 +70,7 @@ class EngineLimits:
     n_batch: int
     max_seq_len: int  # prompt + output of one sequence: the manifest's, or less when a slot holds fewer cells
     prompt_cache_bytes: int
-    threads: StepThreads  # how many threads each step runs on
+    threads: ThreadTuner  # how many threads each step runs on
     prefill_while_decoding: int = PREFILL_WHILE_DECODING
 
 
@@ -267,7 +268,8 @@ class EngineLoop:
             return
         batch_rows = self._rows(plan)
         rows = self._fill_batch(batch_rows)
-        self._ctx.set_threads(self._limits.threads.for_step(plan.tokens))
+        threads = self._limits.threads.choose(plan.tokens)
+        self._ctx.set_threads(threads)
         started = time.perf_counter()
         status = self._ctx.decode(plan.tokens)
         if status == 1:  # llama.cpp found no room after all: free more and try again next step
@@ -277,7 +279,9 @@ class EngineLoop:
             return
         if status != 0:
             raise EngineError(f"llama_decode failed with status {status}")
-        self._latency_ms = (time.perf_counter() - started) * 1000
+        took = time.perf_counter() - started
+        self._limits.threads.observe(plan.tokens, threads, took)
+        self._latency_ms = took * 1000
         self._step += 1
         self._advance(batch_rows)
         self._sample(rows, deltas)

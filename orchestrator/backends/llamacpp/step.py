@@ -6,9 +6,7 @@ admission order, chunked, with one limit: while any sequence is decoding, a step
 prompt's or an output's, so a 500-token prompt computed in one step would stall every decoding sequence for
 the whole of it; in chunks, their next tokens keep coming while the prompt is computed.
 
-How many threads a step runs on is decided here too (`StepThreads`): llama.cpp's threads wait for each other at
-every operation by spinning, so a short step (a few sequences decoding) loses more to that wait, and to any other
-process taking one of their cores, than it gains; a long one (many rows, or a prompt) gains.
+How many threads a step runs on is learned as steps run (threads.py).
 """
 
 from __future__ import annotations
@@ -16,34 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PREFILL_WHILE_DECODING = 128  # prompt tokens per step while other sequences decode
-MANY_THREADS_FROM = 8  # tokens in a step from which it runs on every core (docs/llamacpp.md, "Threads")
-
-
-@dataclass(frozen=True)
-class StepThreads:
-    """The threads a step runs on: `few` for a step of fewer than `from_tokens` tokens, `many` from there."""
-
-    few: int
-    many: int
-    from_tokens: int = MANY_THREADS_FROM
-
-    @classmethod
-    def fixed(cls, threads: int) -> StepThreads:
-        return cls(threads, threads)
-
-    @classmethod
-    def default(cls, cores: int) -> StepThreads:
-        """Short steps leave one core to the serving path (the HTTP process, this worker's event loop); long
-        steps take them all."""
-        return cls(max(1, cores - 1), max(1, cores))
-
-    def for_step(self, tokens: int) -> int:
-        return self.many if tokens >= self.from_tokens else self.few
-
-    def describe(self) -> str:
-        if self.few == self.many:
-            return f"{self.few} threads"
-        return f"{self.few} threads for steps under {self.from_tokens} tokens, {self.many} from there"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,75 @@
+"""How many threads each llamacpp step runs on, learned from the steps themselves (runs in the engine thread).
+
+llama.cpp's threads wait for each other at every operation of a step by spinning, so whether a step is faster on
+every core or on all cores but one depends on the machine, on the step's size and on what else needs a core (the
+HTTP process, this worker's event loop, other processes): on one 2-core machine a single sequence decoded at 132.5
+tok/s with 1 thread and 14.3 with 2, sixteen at 186.2 and 328.6; on another, one sequence ran faster on 2
+(docs/llamacpp.md, "Threads"). No fixed rule is right on both. So the engine times each candidate count on steps
+of each size class (1, 2-3, 4-7, 8-15, 16-31, 32 and more tokens), interleaved, `TRIES` steps each, then runs
+that class on the faster (by median time per token), and every `RETRY_EVERY` steps of the class times the others
+again, since the machine's load changes. `--worker.threads N` runs every step on N.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+SIZE_CLASSES = 6  # steps of 1, 2-3, 4-7, 8-15, 16-31, 32+ tokens
+TRIES = 8  # steps each candidate is timed on, per size class, before the faster one is kept
+RETRY_EVERY = 4096  # steps of a class after which the slower candidates are timed again
+
+
+def size_class(tokens: int) -> int:
+    return min(SIZE_CLASSES - 1, max(tokens, 1).bit_length() - 1)
+
+
+def pick(candidates: tuple[int, ...], times: dict[int, deque[float]]) -> int:
+    """The thread count for the next step of a class: a candidate not yet timed `TRIES` times (the least timed
+    first, so the tries interleave), else the fastest by median seconds per token."""
+    untried = [c for c in candidates if len(times.get(c, ())) < TRIES]
+    if untried:
+        return min(untried, key=lambda c: len(times.get(c, ())))
+    return min(candidates, key=lambda c: statistics.median(times[c]))
+
+
+class ThreadTuner:
+    def __init__(self, candidates: tuple[int, ...]):
+        self.candidates = candidates
+        self._times: list[dict[int, deque[float]]] = [{} for _ in range(SIZE_CLASSES)]
+        self._steps = [0] * SIZE_CLASSES
+
+    @classmethod
+    def fixed(cls, threads: int) -> ThreadTuner:
+        return cls((threads,))
+
+    @classmethod
+    def default(cls, cores: int) -> ThreadTuner:
+        """All cores but one (one left to the serving path) or all of them, whichever is faster per step size."""
+        return cls(tuple(sorted({max(1, cores - 1), max(1, cores)})))
+
+    @property
+    def most(self) -> int:
+        return max(self.candidates)
+
+    def choose(self, tokens: int) -> int:
+        if len(self.candidates) == 1:
+            return self.candidates[0]
+        k = size_class(tokens)
+        self._steps[k] += 1
+        times = self._times[k]
+        if self._steps[k] % RETRY_EVERY == 0:
+            best = pick(self.candidates, times)
+            self._times[k] = times = {best: times[best]}
+        return pick(self.candidates, times)
+
+    def observe(self, tokens: int, threads: int, seconds: float) -> None:
+        """A step of `tokens` tokens took `seconds` on `threads` threads."""
+        if len(self.candidates) > 1 and tokens > 0:
+            times = self._times[size_class(tokens)].setdefault(threads, deque(maxlen=TRIES))
+            times.append(seconds / tokens)
+
+    def describe(self) -> str:
+        if len(self.candidates) == 1:
+            return f"{self.candidates[0]} threads"
+        return f"{' or '.join(map(str, self.candidates))} threads, whichever is faster per step size"
