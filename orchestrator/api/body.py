@@ -25,11 +25,13 @@ JSON = "application/json"
 T = TypeVar("T")
 
 
-async def read_json(http: web.Request) -> bytes:
+async def read_json(http: web.Request, most_bytes: int | None = None) -> bytes:
     """The body of a JSON request. Raises UnsupportedMediaType (415) unless its Content-Type is
-    application/json, PayloadTooLarge (413) past `http.max_body_bytes`, RequestTimeout (408) when it does
-    not arrive within `http.body_timeout_s`."""
+    application/json, PayloadTooLarge (413) past `http.max_body_bytes` (or the route's own `most_bytes`, when
+    lower), RequestTimeout (408) when it does not arrive within `http.body_timeout_s`."""
     limits = http.app[STATE].config.http
+    if most_bytes is not None and most_bytes < limits.max_body_bytes:
+        limits = limits.model_copy(update={"max_body_bytes": most_bytes})
     if http.content_type != JSON:
         given = http.headers.get("Content-Type")
         raise UnsupportedMediaType(
@@ -45,6 +47,9 @@ async def read_json(http: web.Request) -> bytes:
             body = await http.read()  # aiohttp refuses a chunked body past client_max_size (413)
     except TimeoutError:
         raise RequestTimeout(f"the request body did not arrive within {limits.body_timeout_s:g} s") from None
+    if len(body) > limits.max_body_bytes:  # a chunked body, which came without a Content-Length
+        raise PayloadTooLarge(f"the request body has {len(body)} bytes; this route accepts at most "
+                              f"{limits.max_body_bytes}")
     record_of(http).body_bytes = len(body)
     return body
 

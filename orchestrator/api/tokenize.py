@@ -6,6 +6,10 @@
 
 Both count against the caller's key's limits on requests per minute and requests running, as generation does, and
 do their heavy steps (tokenising, token strings, decoding, the answer's JSON) off the event loop for big bodies.
+Their work is bounded by what a served model can hold: a text longer than any prompt of the model (in characters,
+as for generation) and more token ids than its longest sequence are refused, and a body larger than such a
+request could be is refused before it is read (parsing and validating megabytes of JSON holds the interpreter for
+tens of milliseconds wherever it runs, and every other request waits).
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from pydantic import Field
 from orchestrator.api.access import model_view
 from orchestrator.api.body import off_loop, read_json
 from orchestrator.api.http import json_response, validate
-from orchestrator.api.preparation import admit_caller
+from orchestrator.api.preparation import admit_caller, most_prompt_chars
+from orchestrator.api.state import STATE
 from orchestrator.api.wire import ChatMessage, TokenId, _Wire
-from orchestrator.errors import InvalidRequest
+from orchestrator.errors import ContextLengthExceeded, InvalidRequest
 
 
 class TokenizeText(_Wire):
@@ -61,24 +66,46 @@ def _tokens(engine, wire: TokenizeChat | TokenizeText) -> list[int]:
     return prompts.encode_text(wire.prompt, wire.add_special_tokens)
 
 
+ID_BYTES = 8  # one token id in JSON: up to 7 digits and a comma
+JSON_CHAR_BYTES = 6  # one character of a JSON string at most (a \uXXXX escape)
+BODY_SLACK = 64 * 1024  # the rest of a body: the model, flags, a conversation's structure
+
+
+def _most_tokenize_bytes(http: web.Request) -> int:
+    engines = http.app[STATE].catalogue.engines.values()
+    return max((most_prompt_chars(e) for e in engines), default=0) * JSON_CHAR_BYTES + BODY_SLACK
+
+
+def _most_detokenize_bytes(http: web.Request) -> int:
+    engines = http.app[STATE].catalogue.engines.values()
+    return max((e.manifest.limits.max_seq_len for e in engines), default=0) * ID_BYTES + BODY_SLACK
+
+
 async def tokenize(http: web.Request) -> web.Response:
-    body = await read_json(http)
+    body = await read_json(http, _most_tokenize_bytes(http))
     try:
         chat = isinstance(parsed := orjson.loads(body), dict) and "messages" in parsed
     except orjson.JSONDecodeError:
         chat = False  # validate() reports it
     wire = validate(body, TokenizeChat if chat else TokenizeText)
     engine = model_view(http, wire.model).engine
+    if isinstance(wire, TokenizeText) and len(wire.prompt) > (most := most_prompt_chars(engine)):
+        raise ContextLengthExceeded(
+            f"this model's maximum prompt length is {engine.manifest.limits.max_input_len} tokens (at most {most} "
+            f"characters), but the prompt has {len(wire.prompt)} characters", param="prompt")
     admit_caller(http)
     tokens = await off_loop(http, _tokens, engine, wire)
     return await off_loop(http, _answer, engine, tokens, wire.return_token_strs)
 
 
 async def detokenize(http: web.Request) -> web.Response:
-    wire = validate(await read_json(http), Detokenize)
-    prompts = model_view(http, wire.model).engine.prompts
+    wire = validate(await read_json(http, _most_detokenize_bytes(http)), Detokenize)
+    engine = model_view(http, wire.model).engine
+    if len(wire.tokens) > (longest := engine.manifest.limits.max_seq_len):
+        raise InvalidRequest(f"tokens has {len(wire.tokens)} ids; no sequence of this model is longer than "
+                             f"{longest}", param="tokens")
     admit_caller(http)
-    return await off_loop(http, _detokenized, prompts, wire.tokens)
+    return await off_loop(http, _detokenized, engine.prompts, wire.tokens)
 
 
 def _detokenized(prompts, tokens: list[int]) -> web.Response:

@@ -103,3 +103,26 @@ def test_big_bodies_are_tokenized_and_detokenized_off_the_event_loop(catalogue, 
     assert inline == {"_tokens": {loop_thread}, "_answer": {loop_thread}}
     assert set(threads) == {"_tokens", "_answer", "_detokenized"}
     assert all(loop_thread not in seen for seen in threads.values())
+
+
+def test_work_past_what_the_model_can_hold_is_refused_before_it_is_done(catalogue):
+    """More token ids than the model's longest sequence, a text longer than any prompt of it, and bodies larger
+    than such requests could be (413, before the body is parsed) are refused naming what is wrong."""
+    async def go():
+        async with running_app(catalogue) as app:
+            engine = next(iter(catalogue.engines.values()))
+            longest = engine.manifest.limits.max_seq_len
+            most_chars = tokenize_module.most_prompt_chars(engine)
+            answers = [
+                await app.client.post("/detokenize", json={"model": app.model, "tokens": [42] * (longest + 1)}),
+                await app.client.post("/tokenize", json={"model": app.model, "prompt": "a" * (most_chars + 1)}),
+                await app.client.post("/detokenize", json={"model": app.model,
+                                                           "tokens": [42] * (longest * tokenize_module.ID_BYTES)}),
+                await app.client.post("/tokenize", json={"model": app.model, "prompt": "a" * (8 * most_chars)}),
+            ]
+            return [(r.status, (await r.json())["error"]) for r in answers]
+
+    (ids, ids_error), (text, text_error), (big_ids, _), (big_text, _) = asyncio.run(go())
+    assert ids == 400 and ids_error["param"] == "tokens"
+    assert text == 400 and text_error["code"] == "context_length_exceeded" and text_error["param"] == "prompt"
+    assert big_ids == 413 and big_text == 413
