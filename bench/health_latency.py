@@ -1,8 +1,8 @@
 """How long /health takes to answer while the server works on the biggest prompts it accepts.
 
 Starts the real server, pings /health every 10 ms from its own connection, and meanwhile sends the requests
-of `workloads` one after the other, then a flood of four clients sending ~3.8 MB /tokenize and /detokenize
-bodies at once. The same run with `--inline` parses and tokenises everything on the
+of `workloads` one after the other, then floods of four clients sending /tokenize and /detokenize bodies at once
+(~3.8 MB ones, and the largest the server accepts). The same run with `--inline` parses and tokenises everything on the
 event loop, for comparison. Writes JSON to bench/results/.
 
     python -m bench.health_latency [--inline]
@@ -94,15 +94,20 @@ async def measure(base_url: str, path: str, body: dict) -> dict:
 FLOOD_CLIENTS, FLOOD_ROUNDS, FLOOD_BYTES = 4, 3, 3_800_000
 
 
-def flood_bodies() -> list[tuple[str, bytes]]:
-    """The tokenize flood: two clients send ~3.8 MB /tokenize texts, two ~3.8 MB /detokenize id lists."""
-    ids = list(range(1, 40_000)) * (FLOOD_BYTES // 240_000 + 1)
-    detokenize = orjson.dumps({"model": MODEL, "tokens": ids[: FLOOD_BYTES // 6]})
-    tokenize = orjson.dumps({"model": MODEL, "prompt": text_of(FLOOD_BYTES)})
-    return [("/tokenize", tokenize), ("/detokenize", detokenize)] * (FLOOD_CLIENTS // 2)
+def flood_bodies(longest: int, most_chars: int) -> dict[str, list[tuple[str, bytes]]]:
+    """Two floods: ~3.8 MB /tokenize texts and /detokenize id lists (past what the model holds: refused), and the
+    largest the server accepts (a text of the longest prompt's characters, the longest sequence's ids); in each,
+    two clients send /tokenize and two /detokenize."""
+    def pair(chars: int, ids: int) -> list[tuple[str, bytes]]:
+        tokens = (list(range(1, 40_000)) * (ids // 39_999 + 1))[:ids]
+        return [("/tokenize", orjson.dumps({"model": MODEL, "prompt": text_of(chars)})),
+                ("/detokenize", orjson.dumps({"model": MODEL, "tokens": tokens}))] * (FLOOD_CLIENTS // 2)
+
+    return {"tokenize_flood_3_8_mb": pair(FLOOD_BYTES, FLOOD_BYTES // 6),
+            "tokenize_flood_at_the_bounds": pair(most_chars, longest)}
 
 
-async def measure_flood(base_url: str) -> dict:
+async def measure_flood(base_url: str, bodies: list[tuple[str, bytes]]) -> dict:
     """/health latencies while FLOOD_CLIENTS clients each send FLOOD_ROUNDS big /tokenize or /detokenize
     bodies, one after another."""
     stop = asyncio.Event()
@@ -120,7 +125,7 @@ async def measure_flood(base_url: str) -> dict:
     async with aiohttp.ClientSession(timeout=no_limit) as pinger:
         pinging = asyncio.create_task(ping(pinger, f"{base_url}/health", stop))
         started = time.perf_counter()
-        await asyncio.gather(*(client(path, data) for path, data in flood_bodies()))
+        await asyncio.gather(*(client(path, data) for path, data in bodies))
         took = time.perf_counter() - started
         stop.set()
         latencies = await pinging
@@ -152,8 +157,10 @@ async def run(base_url: str, engine_dir: Path) -> dict:
     for name, (path, body) in workloads(engine.manifest.limits.max_input_len, most_prompt_chars(engine)).items():
         results[name] = await measure(base_url, path, body)
         print(name, results[name], file=sys.stderr, flush=True)
-    results["tokenize_flood"] = await measure_flood(base_url)
-    print("tokenize_flood", results["tokenize_flood"], file=sys.stderr, flush=True)
+    limits = engine.manifest.limits
+    for name, bodies in flood_bodies(limits.max_seq_len, most_prompt_chars(engine)).items():
+        results[name] = await measure_flood(base_url, bodies)
+        print(name, results[name], file=sys.stderr, flush=True)
     return results
 
 
