@@ -15,6 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 from orchestrator import aio
 from orchestrator.bench.options import BenchError, BenchOptions, parse_options
@@ -85,18 +86,26 @@ def bench_command(argv: list[str]) -> int:
     return run_command("inferno bench", argv, options)
 
 
-def two_keys_command(prog: str, argv: list[str], options: BenchOptions) -> int:
-    """The two-keys scenario: run it, write its result file, print its summary. Exit status 1 when any request
-    failed other than by a 429 (the 429s are what it measures)."""
+def _report(prog: str, run: Callable[[Path], Coroutine[Any, Any, dict]]) -> dict | int:
+    """Run one benchmark (`run(workdir)`, a scratch folder that is gone after) to its report; or, when it could
+    not run or was stopped, the exit status, with why printed."""
     try:
         with tempfile.TemporaryDirectory(prefix="inferno-bench-") as workdir:
-            report = aio.run(stoppable(run_two_keys(options, [*prog.split(), *argv], Path(workdir))))
+            return aio.run(stoppable(run(Path(workdir))))
     except (BenchError, TargetError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, asyncio.CancelledError):
         print(f"{prog}: stopped; no result written", file=sys.stderr)
         return 130
+
+
+def two_keys_command(prog: str, argv: list[str], options: BenchOptions) -> int:
+    """The two-keys scenario: run it, write its result file, print its summary. Exit status 1 when any request
+    failed other than by a 429 (the 429s are what it measures)."""
+    report = _report(prog, lambda workdir: run_two_keys(options, [*prog.split(), *argv], workdir))
+    if isinstance(report, int):
+        return report
     path = write(report, options.out, prefix="two-keys")
     for line in summary_lines(report):
         print(line)
@@ -110,16 +119,10 @@ def run_command(
 ) -> int:
     """Run every series, write the result file and the plot, print the table; returns the exit status.
     `inferno bench` runs through here, and so do the dev comparisons that add baselines (bench/baselines.py)."""
-    try:
-        with tempfile.TemporaryDirectory(prefix="inferno-bench-") as workdir:
-            run = run_bench(options, [*prog.split(), *argv], Path(workdir), _show, target_of, baselines)
-            report = aio.run(stoppable(run))
-    except (BenchError, TargetError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        print(f"{prog}: stopped; no result written", file=sys.stderr)
-        return 130
+    report = _report(prog, lambda workdir: run_bench(options, [*prog.split(), *argv], workdir, _show, target_of,
+                                                     baselines))
+    if isinstance(report, int):
+        return report
     path = write(report, options.out)
     if options.plot:
         png = path.with_suffix(".png")

@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 from aiohttp.test_utils import TestClient, TestServer
 
+from orchestrator.access.keys import hash_key
 from orchestrator.api.app import build_app, runner_options
 from orchestrator.api.state import STATE, AppState
 from orchestrator.config import load_config
@@ -65,6 +66,13 @@ def sse_events(raw: bytes) -> list[dict | str]:
         payload = block[len(b"data: "):]
         events.append("[DONE]" if payload == b"[DONE]" else orjson.loads(payload))
     return events
+
+
+def keys_file_flags(folder: Path, *names: str) -> tuple[str, str]:
+    """The server flags for a keys file of plain keys `sk-<name>`, one per name, with no limits."""
+    path = folder / "keys.toml"
+    path.write_text("".join(f'[keys.{name}]\nkey = "{hash_key(f"sk-{name}")}"\n' for name in names))
+    return "--auth.keys-file", str(path)
 
 
 def bearer(key: str) -> dict:

@@ -8,23 +8,15 @@ import asyncio
 
 import pytest
 
-from orchestrator.access.keys import hash_key
 from orchestrator.engine.request import FinishReason
-from tests.app.harness import bearer, running_app
+from tests.app.harness import bearer, keys_file_flags, running_app
 
 HI = [{"role": "user", "content": "Say hello."}]
 
 
 @pytest.fixture
 def keys_flags(tmp_path):
-    path = tmp_path / "keys.toml"
-    path.write_text(f"""
-        [keys.alice]
-        key = "{hash_key('sk-alice')}"
-        [keys.bob]
-        key = "{hash_key('sk-bob')}"
-    """)
-    return "--auth.keys-file", str(path)
+    return keys_file_flags(tmp_path, "alice", "bob")
 
 
 async def salt_of(app, path: str, body: dict, headers: dict) -> str:

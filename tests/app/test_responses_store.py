@@ -14,21 +14,14 @@ from pydantic import TypeAdapter
 
 from orchestrator.access.keys import hash_key
 from orchestrator.engine.request import FinishReason
-from tests.app.harness import bearer, named_events, running_app
+from tests.app.harness import bearer, keys_file_flags, named_events, running_app
 
 EVENT = TypeAdapter(ResponseStreamEvent)
 
 
 @pytest.fixture
 def keys_flags(tmp_path):
-    path = tmp_path / "keys.toml"
-    path.write_text(f"""
-        [keys.alice]
-        key = "{hash_key('sk-alice')}"
-        [keys.bob]
-        key = "{hash_key('sk-bob')}"
-    """)
-    return "--auth.keys-file", str(path)
+    return keys_file_flags(tmp_path, "alice", "bob")
 
 
 async def answer(app, body: dict, text: str = "Hello.", key: str = "sk-alice", finish=FinishReason.STOP):

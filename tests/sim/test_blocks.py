@@ -56,8 +56,10 @@ def test_fresh_blocks_take_empty_ones_first_then_overwrite_the_oldest_cached():
     assert pool.lookup([101]) == [] and pool.lookup([202]) == [b]
 
 
-def test_an_overwritten_reusable_block_goes_to_the_host_tier_and_comes_back_by_onboarding():
-    pool = BlockPool(2, host_blocks=2)
+def two_cached_blocks(host_blocks: int) -> tuple[BlockPool, int, int]:
+    """A pool of two device blocks holding reusable content 101 (freed first) and 202, both free again, and two
+    blocks reserved for what comes next."""
+    pool = BlockPool(2, host_blocks=host_blocks)
     pool.reserve(2)
     a, b = pool.allocate(), pool.allocate()
     pool.register(a, 101)
@@ -65,6 +67,11 @@ def test_an_overwritten_reusable_block_goes_to_the_host_tier_and_comes_back_by_o
     pool.release([a])
     pool.release([b])
     pool.reserve(2)
+    return pool, a, b
+
+
+def test_an_overwritten_reusable_block_goes_to_the_host_tier_and_comes_back_by_onboarding():
+    pool, _, b = two_cached_blocks(host_blocks=2)
     pool.allocate()  # overwrites a: its content moves to host RAM
     assert pool.locate([101, 202]) == [None, b] and pool.lookup([101]) == []
     (back,) = pool.onboard([101])  # into b, the one free block, whose content goes to the host in turn
@@ -74,14 +81,7 @@ def test_an_overwritten_reusable_block_goes_to_the_host_tier_and_comes_back_by_o
 
 def test_the_host_tier_keeps_its_newest_blocks_and_without_one_content_is_lost():
     for host_blocks, kept in ((1, [None]), (0, [])):
-        pool = BlockPool(2, host_blocks=host_blocks)
-        pool.reserve(2)
-        a, b = pool.allocate(), pool.allocate()
-        pool.register(a, 101)
-        pool.register(b, 202)
-        pool.release([a])
-        pool.release([b])
-        pool.reserve(2)
+        pool, _, _ = two_cached_blocks(host_blocks)
         pool.allocate(), pool.allocate()  # a then b overwritten: the host (of one block) keeps b's
         assert pool.locate([202]) == kept and pool.locate([101]) == []
 
