@@ -1,4 +1,4 @@
-"""`inferno bench agent-turns`: agents' multi-turn conversations on several models sharing one GPU, with and
+"""`inferno bench --scenario agent-turns`: agents' multi-turn conversations on several models sharing one GPU, with and
 without a host KV tier.
 
 Every agent has its own system prompt and sends its whole conversation again each turn (the history grows by
@@ -11,7 +11,7 @@ with sim engines, one simulated GPU. The run is repeated under each variant of t
 priority), a fresh server each time, and prints, per variant and turn, the prompt tokens, the cached prompt tokens
 (`usage.prompt_tokens_details.cached_tokens`) and the time to first token, as JSON.
 
-    inferno bench agent-turns --engines-dir engines --model llama3.1-8b-instruct-sim
+    inferno bench --scenario agent-turns --engines-dir engines --model llama3.1-8b-instruct-sim
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class Scenario:
 
 
 def parse(argv: list[str]) -> Scenario:
-    p = argparse.ArgumentParser(prog="inferno bench agent-turns", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="inferno bench --scenario agent-turns", description=__doc__.split("\n\n")[0])
+    p.add_argument("--scenario", choices=("agent-turns",), default="agent-turns", help="this scenario")
     p.add_argument("--engines-dir", type=Path, required=True)
     p.add_argument("--model", required=True, help="the engine every model copies (a sim engine: one simulated GPU)")
     p.add_argument("--models", type=int, default=3, help="models sharing the device")

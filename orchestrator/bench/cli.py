@@ -2,8 +2,8 @@
 
     inferno bench --engines-dir engines --concurrency 1,4,16
     inferno bench --url http://127.0.0.1:8000 --rate 5,10 --duration 60 --slo ttft=0.5,itl=0.05
-    inferno bench agent-turns --engines-dir engines --model llama3.1-8b-instruct-sim   (bench/agent_turns.py)
     inferno bench --engines-dir engines --scenario two-keys --concurrency 32 --osl 512
+    inferno bench --scenario agent-turns --engines-dir engines --model llama3.1-8b-instruct-sim   (agent_turns.py)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import aio
-from orchestrator.bench.options import BenchError, BenchOptions, parse_options
+from orchestrator.bench.options import BenchError, BenchOptions, parse_options, scenario_of
 from orchestrator.bench.plot import plot
 from orchestrator.bench.report import table, write
 from orchestrator.bench.run import Baseline, open_target, run_bench
@@ -72,11 +72,11 @@ def _print_summary(report: dict, path: Path) -> None:
 
 
 def bench_command(argv: list[str]) -> int:
-    if argv[:1] == ["agent-turns"]:
-        from orchestrator.bench.agent_turns import agent_turns_command
-
-        return agent_turns_command(argv[1:])
     try:
+        if scenario_of(argv) == "agent-turns":
+            from orchestrator.bench.agent_turns import agent_turns_command
+
+            return agent_turns_command(argv)
         options = parse_options(argv)
     except BenchError as exc:
         print(f"inferno bench: error: {exc}", file=sys.stderr)

@@ -11,6 +11,8 @@ from pathlib import Path
 from orchestrator.bench.stats import Slo
 from orchestrator.bench.workload import LengthDist, ModelMix
 
+SCENARIOS = ("levels", "two-keys", "agent-turns")
+
 
 class BenchError(Exception):
     """A run that cannot go ahead as asked; the message says why and what to change."""
@@ -45,7 +47,7 @@ class BenchOptions:
     floor_rounds: int  # 0: no floor measurement
     out: Path
     plot: bool
-    scenario: str = "levels"  # or "two-keys" (two_keys.py)
+    scenario: str = "levels"  # or "two-keys" (two_keys.py); agent-turns has its own options (agent_turns.py)
     victim_key: str | None = None  # two-keys with --url: the victim's key (the flood's is api_key)
     victim_osl: int = 16
 
@@ -74,11 +76,23 @@ def _numbers(text: str | None, kind: type, flag: str) -> tuple:
     return values
 
 
+def scenario_of(argv: list[str]) -> str:
+    """The `--scenario` named in `argv` (levels when none), read before the scenario's own options are."""
+    named = [arg.partition("=")[2] for arg in argv if arg.startswith("--scenario=")]
+    named += [after for arg, after in zip(argv, argv[1:]) if arg == "--scenario"]
+    scenario = named[-1] if named else "levels"
+    if scenario not in SCENARIOS:
+        raise BenchError(f"--scenario must be one of {', '.join(SCENARIOS)} (got {scenario!r})")
+    return scenario
+
+
 def parser(prog: str = "inferno bench") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Benchmark an OpenAI-compatible server (docs/benchmarking.md).")
-    p.add_argument("--scenario", choices=("levels", "two-keys"), default="levels",
+    p.add_argument("--scenario", choices=SCENARIOS, default="levels",
                    help="levels: the load levels below (default); two-keys: one key floods at --concurrency (default "
-                        "32) with --osl outputs while another sends --requests one at a time (docs/benchmarking.md)")
+                        "32) with --osl outputs while another sends --requests one at a time; agent-turns: agents' "
+                        "multi-turn conversations with and without a host KV tier, its own options "
+                        "(`--scenario agent-turns --help`) (docs/benchmarking.md)")
     target = p.add_argument_group("target (one of --url or --engines-dir)")
     target.add_argument("--url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     target.add_argument("--engines-dir", type=Path, help="start an Inferno server on these engines, stop it after")

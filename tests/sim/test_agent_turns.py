@@ -1,4 +1,4 @@
-"""`inferno bench agent-turns` end to end on a sim engine: real servers, one per variant of the models' settings."""
+"""`inferno bench --scenario agent-turns` end to end on a sim engine: real servers, one per variant of the models' settings."""
 
 from __future__ import annotations
 
