@@ -7,6 +7,8 @@ own, so a change to them cannot reach the request path unseen."""
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "orchestrator"
@@ -46,3 +48,35 @@ def test_the_public_view_is_what_the_http_side_uses():
     taken = {alias.name for path in http_side_files() for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.ImportFrom) and node.module == "orchestrator.scheduler" for alias in node.names}
     assert taken and taken <= set(view.__all__), taken - set(view.__all__)
+
+
+LINE_BUDGET = 15_000  # lines of code in orchestrator/ (the shipped server), counted as cloc counts them
+
+
+def code_lines(path: Path) -> int:
+    """Lines holding code: not blank, not only a comment, not part of a docstring (cloc's "code" count)."""
+    source = path.read_text()
+    docstrings: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body and \
+                isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and \
+                isinstance(body[0].value.value, str):
+            docstrings.update(range(body[0].lineno, body[0].end_lineno + 1))
+    skipped = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    lines = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in skipped:
+            lines.update(range(token.start[0], token.end[0] + 1))
+    return len(lines - docstrings)
+
+
+def test_the_server_package_stays_within_its_line_budget():
+    """The budget keeps the orchestrator thin; dev-only tools (soak, swap, comparisons) live in bench/."""
+    counts = {path: code_lines(path) for path in PACKAGE.rglob("*.py")}
+    assert len(counts) > 100
+    assert code_lines(Path(__file__)) < len(Path(__file__).read_text().splitlines())  # docstrings and blanks left out
+    total = sum(counts.values())
+    largest = sorted(counts.items(), key=lambda item: -item[1])[:5]
+    assert total <= LINE_BUDGET, f"{total} lines of code in orchestrator/; the largest: " + ", ".join(
+        f"{path.relative_to(PACKAGE)} {count}" for path, count in largest)
