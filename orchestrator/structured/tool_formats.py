@@ -28,8 +28,6 @@ class ToolFormat:
     `call_open + {"name": NAME, arguments_key: ARGUMENTS} + call_close`. `marker` (a special token in the
     model's vocabulary) also tells the parser that calls begin; `optional_marker` may precede calls and is
     never generated. `calls_at_start_only`: calls can only open the answer (no text before them).
-    `keep_tokens`: marker tokens the worker's detokeniser must keep in the text (it skips special tokens
-    otherwise), or the parser cannot see where calls begin.
     """
 
     name: str
@@ -42,11 +40,6 @@ class ToolFormat:
     separator: str
     optional_marker: str = ""
     calls_at_start_only: bool = False
-
-    @property
-    def keep_tokens(self) -> tuple[str, ...]:
-        candidates = (self.marker, self.optional_marker, self.call_open.strip(), self.call_close.strip())
-        return tuple(token for token in candidates if token)
 
     def call_text(self, name: str, arguments: dict[str, Any] | str) -> str:
         """One call as this format writes it (arguments as an object, or as JSON text)."""
