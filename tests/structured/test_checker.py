@@ -233,12 +233,20 @@ def pool(loop, smollm2_vocab_dir):
     loop.run_until_complete(pool.close())
 
 
+async def compiling(pool: GrammarChecker) -> None:
+    """Return once one of the pool's processes is compiling a check (not a fixed pause: a busy machine is slow)."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while not any(pending.started for pending in pool._inflight.values()):
+        assert asyncio.get_running_loop().time() < deadline, "no check started compiling"
+        await asyncio.sleep(0.01)
+
+
 def test_one_keys_slow_grammars_do_not_hold_up_another_keys_fresh_one(loop, pool, smollm2_vocab_dir):
     slow = [Guide("ebnf", pathological_grammar(300 + i)) for i in range(2)]
 
     async def race():
         attack = [asyncio.ensure_future(pool.check(smollm2_vocab_dir, g, key="a")) for g in slow]
-        await asyncio.sleep(0.2)
+        await compiling(pool)
         await pool.check(smollm2_vocab_dir, Guide("regex", "[a-f]{3}"), key="b")
         done = [task.done() for task in attack]
         await asyncio.gather(*attack, return_exceptions=True)
@@ -251,7 +259,7 @@ def test_without_keys_a_fresh_grammar_takes_the_free_process_beside_a_slow_one(l
     """A server without keys has one caller, anonymous (key None): its checks use the whole pool."""
     async def race():
         slow = asyncio.ensure_future(pool.check(smollm2_vocab_dir, Guide("ebnf", pathological_grammar(330)), key=None))
-        await asyncio.sleep(0.2)
+        await compiling(pool)
         await pool.check(smollm2_vocab_dir, Guide("regex", "[l-p]{3}"), key=None)
         done = slow.done()
         await asyncio.gather(slow, return_exceptions=True)
@@ -263,7 +271,7 @@ def test_without_keys_a_fresh_grammar_takes_the_free_process_beside_a_slow_one(l
 def test_a_caller_waits_at_most_the_deadline_then_gets_a_retry_time(loop, pool, smollm2_vocab_dir):
     async def behind_own_slow_check():
         slow = asyncio.ensure_future(pool.check(smollm2_vocab_dir, Guide("ebnf", pathological_grammar(320)), key="a"))
-        await asyncio.sleep(0.2)
+        await compiling(pool)
         pool.wait_s = 0.5
         try:
             with pytest.raises(ModelUnavailable, match="busy") as busy:
