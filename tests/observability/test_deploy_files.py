@@ -166,6 +166,20 @@ def test_prometheus_scrapes_with_the_scrape_key_compose_gives_it():
 
 
 # -- Kubernetes ---------------------------------------------------------------------------------------------------
+def test_every_builtin_object_is_valid_against_the_kubernetes_schema():
+    """Strict: an unknown or misplaced field is an error, as `kubectl apply --validate=strict` would make it.
+    ServiceMonitor (prometheus-operator's) and the Kustomization have no built-in schema."""
+    import kubernetes_validate as validate
+
+    checked = []
+    for path in sorted(K8S.glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document and document["kind"] not in ("Kustomization", "ServiceMonitor"):
+                validate.validate(document, validate.latest_version(), strict=True)
+                checked.append(document["kind"])
+    assert {"Deployment", "Job", "Service", "HorizontalPodAutoscaler", "NetworkPolicy"} <= set(checked)
+
+
 def test_kustomization_lists_files_that_exist():
     kustomization = load_yaml(K8S / "kustomization.yaml")
     for resource in kustomization["resources"]:
