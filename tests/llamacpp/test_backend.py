@@ -11,6 +11,7 @@ import pytest
 from orchestrator.backends.options import LlamaCppOptions
 from orchestrator.engine.request import EngineRequest, FinishReason, SamplingParams
 from orchestrator.errors import ContextLengthExceeded
+from orchestrator.structured.guide import Guide
 from tests.llamacpp.harness import Engine, engine_variant, tokens
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -116,6 +117,29 @@ def test_top_logprobs_are_best_first_starting_with_the_greedy_choice(engine):
         assert top[0][0] == token and top[0][1] == pytest.approx(logprob)
         assert len(top) == 5 and [lp for _, lp in top] == sorted((lp for _, lp in top), reverse=True)
         assert logprob <= 0
+
+
+@pytest.mark.parametrize("fails_in", ["apply", "accept"])
+def test_a_request_whose_sampling_fails_ends_alone_and_the_engine_goes_on(engine, monkeypatch, fails_in):
+    class Refuses:  # a token constraint that fails at its third token, as a broken grammar state would
+        def __init__(self):
+            self.tokens = 0
+
+        def apply(self, row):
+            if fails_in == "apply" and self.tokens == 2:
+                raise RuntimeError("the grammar state is lost")
+
+        def accept(self, token):
+            self.tokens += 1
+            if fails_in == "accept" and self.tokens == 3:
+                raise RuntimeError("the grammar state is lost")
+
+    monkeypatch.setattr(engine.backend, "_constraint", lambda request: Refuses())
+    alone = tokens(engine.run(request(engine))[0])
+    failed, other = engine.run(request(engine, guide=Guide("regex", "[a-z ]+")), request(engine))
+    assert failed[-1].finish is FinishReason.ERROR and "the grammar state is lost" in str(failed[-1].error)
+    assert other[-1].finish is FinishReason.LENGTH and tokens(other) == alone
+    assert tokens(engine.run(request(engine))[0]) == alone  # the engine still serves
 
 
 def test_cancel_ends_a_request_within_a_step(engine):

@@ -179,3 +179,20 @@ def test_logprobs_are_the_models_distribution_before_any_truncation():
         assert len(choice.top) == 5 and choice.top[0][0] == 7
         assert all(lp == pytest.approx(float(expected[t]), abs=1e-5) for t, lp in choice.top)
         assert choice.logprob == pytest.approx(float(expected[choice.token]), abs=1e-5) and choice.logprob < 0
+
+
+def test_a_row_whose_sampling_raises_fails_alone_and_the_others_are_chosen():
+    class Broken:
+        def apply(self, row):
+            raise RuntimeError("matcher state lost")
+
+        def accept(self, token):
+            raise AssertionError("never accepted")
+
+    broken = sampler()
+    broken.constraint = Broken()
+    sampled = sampler(SamplingParams(temperature=0.7, seed=1))
+    choices = sample(logits(7, 11, 13), [sampler(), broken, sampled])
+    assert choices[0].token == 7 and choices[0].error is None
+    assert choices[1].error == "sampling failed: RuntimeError: matcher state lost"
+    assert choices[2].error is None and choices[2].token == sample(logits(13), [sampler(sampled.request.sampling)])[0].token

@@ -333,7 +333,11 @@ class EngineLoop:
         if token in sequence.ends and sequence.generated >= request.min_tokens:
             self._finish(deltas, sequence, FinishReason.STOP)
             return
-        sequence.sampler.accept(token)
+        try:
+            sequence.sampler.accept(token)
+        except Exception as exc:  # its constraint refused the token: this sequence ends, the others go on
+            self._fail(deltas, sequence, EngineError(f"sampling failed: {type(exc).__name__}: {exc}"))
+            return
         sequence.tokens.append(token)
         delta.token_ids.append(token)
         if request.logprobs:

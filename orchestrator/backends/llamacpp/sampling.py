@@ -127,20 +127,30 @@ class Sampled:
 
 def sample(logits: np.ndarray, samplers: list[SequenceSampler]) -> list[Sampled]:
     """Choose one token per row of `logits` ([rows, vocab], modified in place) for the sequence in the same
-    place of `samplers`. Does not call `accept`: the caller does once the token is kept."""
+    place of `samplers`. Does not call `accept`: the caller does once the token is kept. A row whose sampling
+    raises (its constraint, say) gets a `Sampled` with the error; the other rows are chosen as if it were not
+    there."""
+    choices: list[Sampled | None] = [None] * len(samplers)
     for index, sampler in enumerate(samplers):
         if sampler.needs_adjusting():
-            sampler.adjust(logits[index])
-    greedy = [i for i, s in enumerate(samplers) if s.request.sampling.greedy]
-    choices: list[Sampled | None] = [None] * len(samplers)
+            choices[index] = _guarded(sampler.adjust, logits[index])
+    greedy = [i for i, s in enumerate(samplers) if s.request.sampling.greedy and choices[i] is None]
     if greedy:
         rows = logits if len(greedy) == len(samplers) else logits[greedy]
         for i, token in zip(greedy, np.argmax(rows, axis=1).tolist(), strict=True):
-            choices[i] = _greedy_choice(logits[i], token, samplers[i].request)
+            choices[i] = _guarded(_greedy_choice, logits[i], token, samplers[i].request)
     for i, sampler in enumerate(samplers):
         if choices[i] is None:
-            choices[i] = _sampled_choice(logits[i], sampler)
+            choices[i] = _guarded(_sampled_choice, logits[i], sampler)
     return choices
+
+
+def _guarded(work, *args) -> Sampled | None:
+    """`work(*args)`, or a failed `Sampled` naming what it raised."""
+    try:
+        return work(*args)
+    except Exception as exc:  # one sequence's sampling must not stop the step of every other
+        return Sampled(0, error=f"sampling failed: {type(exc).__name__}: {exc}")
 
 
 def _logsumexp(values: np.ndarray) -> float:
