@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import importlib.machinery
+import json
 import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from orchestrator import launch
@@ -148,8 +151,6 @@ def server(hf_server: ServerProcess) -> ServerProcess:
 def scrape(base_url: str, scrape_key: str | None = None) -> dict[tuple[str, tuple], float]:
     """Every sample of the server's /metrics (read with `scrape_key` where keys guard it), keyed by (name, sorted
     label pairs)."""
-    import urllib.request
-
     from prometheus_client.parser import text_string_to_metric_families
 
     headers = {"Authorization": f"Bearer {scrape_key}"} if scrape_key else {}
@@ -160,6 +161,15 @@ def scrape(base_url: str, scrape_key: str | None = None) -> dict[tuple[str, tupl
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return samples
+
+
+def let_go(base_url: str, pid: int) -> bool:
+    """After an unload: the model's worker exited (its memory with it), or it is the spare now, kept because it gave
+    its engine's memory back (the worker checks its resident memory before it says so)."""
+    if not psutil.pid_exists(pid):
+        return True
+    with urllib.request.urlopen(f"{base_url}/admin/models", timeout=30) as response:
+        return json.loads(response.read())["spare_worker_pid"] == pid
 
 
 def metric(base_url: str, name: str, scrape_key: str | None = None, **labels) -> float:
@@ -181,8 +191,5 @@ def wait_for(condition, timeout: float = 30.0, interval: float = 0.05, what: str
 
 def admin_models(base_url: str) -> dict[str, dict]:
     """The server's own view of each model (state, worker pid, counters), from /admin/models."""
-    import json
-    import urllib.request
-
     with urllib.request.urlopen(f"{base_url}/admin/models", timeout=30) as response:
         return {model["name"]: model for model in json.loads(response.read())["models"]}

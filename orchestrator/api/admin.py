@@ -25,6 +25,7 @@ def _describe(http: web.Request) -> dict:
         "devices": [asdict(device) for device in scheduler.device_memory()],
         "ledger": asdict(scheduler.memory()),
         "spare_worker": scheduler.spare_worker,
+        "spare_worker_pid": scheduler.spare_worker_pid,
     }
 
 

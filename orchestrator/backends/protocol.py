@@ -44,6 +44,10 @@ class LoadReport:
     # What the model holds on its device, where the backend knows it better than a measurement of the worker
     # process can (a simulated GPU: weights + KV cache + runtime overhead). The memory ledger prefers it.
     device_bytes: int | None = None
+    # Once `close` returns, everything the engine took is back with the system (host RAM only, no device
+    # context left behind), so the worker process may load another model: an evicted model's worker becomes
+    # the next spare instead of exiting.
+    reusable: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ here with a message naming the flag and the value."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -79,7 +80,7 @@ def _numbers(text: str | None, kind: type, flag: str) -> tuple:
 def scenario_of(argv: list[str]) -> str:
     """The `--scenario` named in `argv` (levels when none), read before the scenario's own options are."""
     named = [arg.partition("=")[2] for arg in argv if arg.startswith("--scenario=")]
-    named += [after for arg, after in zip(argv, argv[1:]) if arg == "--scenario"]
+    named += [after for arg, after in itertools.pairwise(argv) if arg == "--scenario"]
     scenario = named[-1] if named else "levels"
     if scenario not in SCENARIOS:
         raise BenchError(f"--scenario must be one of {', '.join(SCENARIOS)} (got {scenario!r})")

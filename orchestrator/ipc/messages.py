@@ -55,6 +55,7 @@ class FrameKind(StrEnum):
     STATS = "stats"
     STEP = "step"
     SHUTDOWN = "shutdown"
+    RELEASE = "release"
 
 
 # -- reading fields ------------------------------------------------------------------------------------------------
@@ -235,6 +236,23 @@ class Shutdown:
         return cls()
 
 
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Close the engine and wait for another load: the worker becomes a spare again. It answers "idle" once
+    its engine's memory is back, or exits (as for a shutdown) when its backend cannot give all of it back."""
+
+    KIND: ClassVar[FrameKind] = FrameKind.RELEASE
+
+    def to_wire(self) -> dict:
+        return {"kind": self.KIND}
+
+    @classmethod
+    def from_wire(cls, frame: dict) -> Release:
+        _framed(cls.KIND, frame)
+        _checked(frame, cls.KIND, {})
+        return cls()
+
+
 # -- engine stats ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class StatsQuery:
@@ -356,11 +374,11 @@ class Step:
 
 
 # -- the tables --------------------------------------------------------------------------------------------------
-ToWorker = LoadSpec | Submit | Cancel | StatsQuery | Shutdown
+ToWorker = LoadSpec | Submit | Cancel | StatsQuery | Shutdown | Release
 FromWorker = Idle | WorkerReady | LoadFailed | StatsReport | Step
 
 TO_WORKER: dict[FrameKind, type[ToWorker]] = {
-    m.KIND: m for m in (LoadSpec, Submit, Cancel, StatsQuery, Shutdown)
+    m.KIND: m for m in (LoadSpec, Submit, Cancel, StatsQuery, Shutdown, Release)
 }
 FROM_WORKER: dict[FrameKind, type[FromWorker]] = {
     m.KIND: m for m in (Idle, WorkerReady, LoadFailed, StatsReport, Step)

@@ -198,8 +198,13 @@ class Scheduler:
 
     @property
     def spare_worker(self) -> str:
-        """The spare worker's state (none, starting, ready), for the admin API."""
+        """The spare worker's state (none, starting, warm), for the admin API."""
         return self._workers.spare_state
+
+    @property
+    def spare_worker_pid(self) -> int | None:
+        """The warm spare's process (an unloaded model's worker, when it was kept), for the admin API."""
+        return self._workers.spare_pid
 
     def _entry_for(self, model: str) -> ModelEntry:
         """The model's entry; raises ModelNotFound, or ModelUnavailable for an engine folder that was refused."""

@@ -21,6 +21,7 @@ from orchestrator.ipc.messages import (
     LoadFailed,
     LoadSpec,
     MalformedFrame,
+    Release,
     Shutdown,
     StatsQuery,
     StatsReport,
@@ -62,6 +63,7 @@ class WorkerClient:
         self._seq = itertools.count()
         self._reader: asyncio.Task | None = None
         self._stopping = False
+        self._released: asyncio.Future[bool] | None = None  # set by release(): did the worker say "idle"?
         self.alive = False
         self.ready: WorkerReady | None = None
 
@@ -149,10 +151,34 @@ class WorkerClient:
             await self._reader
         return self._proc.returncode if self._proc else None
 
+    async def release(self, timeout_s: float) -> WorkerProcess | None:
+        """Have the worker close its engine and become a spare again, where its backend returns all of the
+        engine's memory (`LoadReport.reusable`); the process, idle, or None when it exited or was killed
+        instead (it could not, it took longer than timeout_s, or it was not reusable: then it was stopped)."""
+        if not (self.alive and self.ready is not None and self.ready.load.reusable):
+            await self.stop(timeout_s)
+            return None
+        self._stopping = True
+        self._released = asyncio.get_running_loop().create_future()
+        try:
+            self._channel.send(Release().to_wire())
+            idle = await asyncio.wait_for(asyncio.shield(self._released), timeout_s)
+        except (TimeoutError, ChannelClosed):
+            idle = False
+        if not idle:
+            await self._kill()
+            self._channel.close()
+        if self._reader is not None:
+            await self._reader
+        return WorkerProcess(self._proc, self._channel) if idle else None
+
     async def _read_loop(self) -> None:
         try:
             while True:
                 message = decode_from_worker(await self._channel.recv())
+                if type(message) is Idle and self._released is not None:
+                    self._released.set_result(True)  # released: the process goes back to the pool
+                    break
                 if type(message) is Step:
                     self._dispatch(message.rows)
                 elif type(message) is StatsReport:
@@ -168,6 +194,12 @@ class WorkerClient:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.kill()
         self.alive = False
+        if self._released is not None and self._released.done():
+            self._on_exit(self.model)
+            self._fail_all(WorkerCrashed(f"the model '{self.model}' was unloaded while running this request"))
+            return
+        if self._released is not None:
+            self._released.set_result(False)
         self._channel.close()
         self._on_exit(self.model)  # before anything else: new requests must not reach this worker
         try:

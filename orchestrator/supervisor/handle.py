@@ -58,8 +58,18 @@ class WorkerSource(Protocol):
         """none | starting | warm."""
         ...
 
+    @property
+    def spare_pid(self) -> int | None:
+        """The warm spare's process id."""
+        ...
+
     async def take(self, model: str, on_exit: OnExit) -> WorkerHandle:
         """A worker for `model`, not yet loaded (the spare when there is one)."""
+        ...
+
+    async def retire(self, worker: WorkerHandle, timeout_s: float, reuse: bool) -> bool:
+        """End a model's worker (its model is unloaded): kept as the spare where `reuse` allows and it can give
+        its engine's memory back, else stopped. True when it was kept."""
         ...
 
     def refill(self) -> None:

@@ -5,6 +5,9 @@ which is most of a cold start; handing it a model to load makes loads fast. When
 the refill policy (`worker.spare_refill`): right after a load on machines with cores to spare
 (`after-load`), or once the server has been quiet for a second (`when-idle`), because a spare's imports
 take a core for seconds and would slow down the requests that follow a load on a small machine.
+
+An unloaded model's worker becomes the spare where its backend gives all of its engine's memory back when
+closed (`retire`, `WorkerClient.release`): the next load, a swap's included, then needs no new process.
 """
 
 from __future__ import annotations
@@ -46,10 +49,11 @@ class WorkerPool:
         self._keep_spare = keep_spare
         self._refill = refill
         self._quiet_s = quiet_s
-        self._spare: asyncio.Task | None = None
+        self._spare: asyncio.Future[WorkerProcess] | None = None
         self._busy = False  # some request holds a permit
         self._refilling = True  # False once the server drains or the pool closes
         self._timer: asyncio.TimerHandle | None = None
+        self._discarding: asyncio.Task | None = None
 
     @classmethod
     def for_config(cls, config: ServerConfig, backends: tuple[str, ...], cores: int) -> WorkerPool:
@@ -72,6 +76,24 @@ class WorkerPool:
                 log.warning("the spare worker failed to start: %s", exc)
         return await self._spawn()
 
+    async def retire(self, worker: WorkerClient, timeout_s: float, reuse: bool) -> bool:
+        """End a model's worker. With `reuse` (an eviction or an unload, not a shutdown) and spares kept, it is
+        released and becomes the spare (a spare waiting already is stopped: one is enough); else, or when it
+        cannot give its engine's memory back, it exits (killed after timeout_s). True when it was kept."""
+        if not (reuse and self._keep_spare and self._refilling):
+            await worker.stop(timeout_s)
+            return False
+        process = await worker.release(timeout_s)
+        if process is None:
+            return False
+        waiting, self._spare = self._spare, asyncio.get_running_loop().create_future()
+        self._spare.set_result(process)
+        self._cancel_timer()
+        if waiting is not None:
+            self._discarding = asyncio.create_task(_discard(waiting), name="discard-spare")
+        log.info("worker %d kept as the spare", process.pid)
+        return True
+
     @property
     def spare_state(self) -> str:
         """none | starting (still importing the runtimes) | warm (ready for a load at once)."""
@@ -79,6 +101,10 @@ class WorkerPool:
         if spare is None or (spare.done() and (spare.cancelled() or spare.exception() is not None)):
             return "none"
         return "warm" if spare.done() else "starting"
+
+    @property
+    def spare_pid(self) -> int | None:
+        return self._spare.result().pid if self.spare_state == "warm" else None
 
     # -- the refill policy --------------------------------------------------------------------------------
     def refill(self) -> None:
@@ -128,7 +154,7 @@ class WorkerPool:
         process = await self._spawn()
         try:
             Idle.from_wire(await process.channel.recv())
-        except MalformedFrame:
+        except (MalformedFrame, asyncio.CancelledError):  # cancelled: not needed any more (see retire)
             await process.kill()
             raise
         return process
@@ -139,3 +165,11 @@ class WorkerPool:
         if spare is not None:
             with contextlib.suppress(Exception):
                 await (await spare).kill()
+
+
+async def _discard(spare: asyncio.Future[WorkerProcess]) -> None:
+    """Stop a spare: one still importing its runtimes at once (its start kills the process), else its process."""
+    if not spare.done():
+        spare.cancel()
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await (await spare).kill()

@@ -6,8 +6,11 @@ It starts without a model: it imports the backends' runtimes (`--preload`), says
 "load" message naming the engine (every message, both ways: ipc/messages.py). The server keeps one such
 spare ready, so loading a model costs only the engine's own load, not starting Python and importing torch.
 
-Ending this process is how a model is unloaded: its memory (host and device) goes back with it. If the
-HTTP process goes away the channel closes and the worker exits on its own.
+A model is unloaded by ending this process (its memory, host and device, goes back with it), or, where the
+backend returns all of its engine's memory when closed (`LoadReport.reusable`), by a "release": the engine
+is closed and the worker says "idle" again, a spare with its runtimes imported, once its resident memory is
+back within `RELEASE_SLACK_BYTES` of what it held before its first load (else it exits). If the HTTP process
+goes away the channel closes and the worker exits on its own.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
+import gc
 import logging
 import os
 import socket
@@ -38,6 +43,7 @@ from orchestrator.ipc.messages import (
     LoadFailed,
     LoadSpec,
     MalformedFrame,
+    Release,
     Shutdown,
     StatsQuery,
     StatsReport,
@@ -54,6 +60,8 @@ from orchestrator.worker.outputs import SequenceOutput, TokenTexts
 
 log = logging.getLogger("inferno.worker")
 EXIT_ENGINE_DEAD = 3  # the engine stopped for good; the server loads the model afresh
+RELEASED = -1  # serving ended by a release: the worker may load another model
+RELEASE_SLACK_BYTES = 256 * 2**20  # resident memory a released worker may keep above its first "idle"
 
 
 class Worker:
@@ -73,6 +81,7 @@ class Worker:
         self._vocab_size = vocab_size
         self._live: dict[str, SequenceOutput] = {}
         self.engine_dead = asyncio.Event()
+        self.released = False  # the server asked for a release, not a shutdown
 
     async def serve(self) -> None:
         """Handle messages until the HTTP process asks to shut down, goes away, or the engine dies."""
@@ -114,6 +123,10 @@ class Worker:
         elif type(message) is StatsQuery:
             self._channel.send(StatsReport(message.seq, self._backend.stats()).to_wire())
         elif type(message) is Shutdown:
+            return False
+        elif type(message) is Release:
+            self.released = True
+            self._fail_live(EngineError("the model was unloaded while this request ran"))
             return False
         else:
             log.error("the server sent a '%s' frame to a loaded worker; ignoring it", message.KIND)
@@ -167,12 +180,14 @@ class Worker:
 
     def dead(self, reason: str) -> None:
         log.error("the engine stopped: %s; exiting so the model is loaded afresh", reason)
-        error = EngineDead(f"the engine stopped: {reason}")
+        self._fail_live(EngineDead(f"the engine stopped: {reason}"))
+        self.engine_dead.set()
+
+    def _fail_live(self, error: InfernoError) -> None:
         rows = [TextDelta.failure(request_id, error).to_wire() for request_id in self._live]
         self._live.clear()
         if rows:
             self._send(rows)
-        self.engine_dead.set()
 
     def _send(self, rows: list[list]) -> None:
         try:
@@ -221,16 +236,26 @@ async def _fail_load(channel: Channel, error: InfernoError) -> int:
 async def main_async(fd: int, preload: tuple[str, ...]) -> int:
     channel = await Channel.open(socket.socket(fileno=fd))
     preload_backends(preload)
-    channel.send(Idle(os.getpid()).to_wire())
-    try:
-        spec = await _receive_load(channel)
-    except ChannelClosed:
-        return 0
-    except MalformedFrame as exc:
-        log.error("the server sent a malformed load: %s", exc)
-        return await _fail_load(channel, EngineError(f"the worker could not read its load message: {exc}"))
-    if spec is None:
-        return 0
+    baseline = psutil.Process().memory_info().rss
+    while True:
+        channel.send(Idle(os.getpid()).to_wire())
+        try:
+            spec = await _receive_load(channel)
+        except ChannelClosed:
+            return 0
+        except MalformedFrame as exc:
+            log.error("the server sent a malformed load: %s", exc)
+            return await _fail_load(channel, EngineError(f"the worker could not read its load message: {exc}"))
+        if spec is None:
+            return 0
+        code = await _serve(channel, spec)
+        if code != RELEASED or not _memory_back(baseline):
+            return 0 if code == RELEASED else code
+        _name_the_log("spare")
+
+
+async def _serve(channel: Channel, spec: LoadSpec) -> int:
+    """Load the engine, serve it until told to stop, close it; the exit code, or RELEASED."""
     folder = Path(spec.engine_dir)
     _name_the_log(folder.name)
     watchdog = asyncio.create_task(_exit_when_parent_leaves(channel))
@@ -254,7 +279,26 @@ async def main_async(fd: int, preload: tuple[str, ...]) -> int:
         await worker.serve()
     finally:
         await backend.close()
-    return EXIT_ENGINE_DEAD if worker.engine_dead.is_set() else 0
+    if worker.engine_dead.is_set():
+        return EXIT_ENGINE_DEAD
+    return RELEASED if worker.released and report.reusable else 0
+
+
+def _memory_back(baseline: int) -> bool:
+    """After a release: collect the closed engine's objects (frozen by settle_heap), hand freed heap pages back
+    to the system, and say whether the process holds no more than it did before its first load (+ slack)."""
+    gc.unfreeze()
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # glibc keeps freed arenas otherwise
+    rss = psutil.Process().memory_info().rss
+    if rss <= baseline + RELEASE_SLACK_BYTES:
+        log.info("released: %.0f MiB resident (%.0f MiB before the first load); a spare again",
+                 rss / 2**20, baseline / 2**20)
+        return True
+    log.warning("released, but %.0f MiB resident (%.0f MiB before the first load): exiting instead",
+                rss / 2**20, baseline / 2**20)
+    return False
 
 
 def _name_the_log(model: str) -> None:

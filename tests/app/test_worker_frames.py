@@ -24,6 +24,7 @@ from orchestrator.ipc.messages import (
     Idle,
     LoadReport,
     LoadSpec,
+    Release,
     Shutdown,
     Step,
     Submit,
@@ -120,3 +121,48 @@ def test_a_worker_that_answers_its_load_with_something_else_is_ended(default_eng
 
     error, code = asyncio.run(go())
     assert "failed while loading (it answered with a malformed message)" in error.message and code < 0
+
+
+async def loaded_client(default_engine, reusable: bool) -> tuple[WorkerClient, WorkerProcess, Channel, list]:
+    process, worker = await standing_in_worker()
+    exits: list[str] = []
+    client = WorkerClient("smollm2-135m", process, exits.append)
+    starting = asyncio.create_task(client.start(spec_for(default_engine), 30))
+    await worker.recv()
+    worker.send(WorkerReady(process.pid, 10**8, LoadReport("cpu", reusable=reusable)).to_wire())
+    await starting
+    return client, process, worker, exits
+
+
+@pytest.mark.parametrize("answers", ["idle", "nothing"])
+def test_a_released_worker_that_says_idle_is_handed_back_and_one_that_does_not_is_killed(default_engine, answers):
+    async def go():
+        client, process, worker, exits = await loaded_client(default_engine, reusable=True)
+        releasing = asyncio.create_task(client.release(timeout_s=2))
+        asked = decode_to_worker(await worker.recv())
+        if answers == "idle":
+            worker.send(Idle(process.pid).to_wire())
+        handed_back = await releasing
+        code = process.process.returncode if answers == "idle" else await process.process.wait()
+        if handed_back is not None:
+            await handed_back.kill()
+        return asked, handed_back, exits, client.alive, code
+
+    asked, handed_back, exits, alive, code = asyncio.run(go())
+    assert asked == Release() and exits == ["smollm2-135m"] and not alive
+    if answers == "idle":
+        assert handed_back is not None and code is None  # the same process, alive, its channel open for a load
+    else:
+        assert handed_back is None and code < 0
+
+
+def test_a_worker_whose_backend_cannot_give_its_memory_back_is_stopped_not_released(default_engine):
+    async def go():
+        client, process, worker, _ = await loaded_client(default_engine, reusable=False)
+        releasing = asyncio.create_task(client.release(timeout_s=0.5))
+        asked = decode_to_worker(await worker.recv())
+        worker.close()  # as a worker's end closes when it exits (this stand-in then sleeps on: it is killed)
+        return asked, await releasing, await process.process.wait()
+
+    asked, handed_back, code = asyncio.run(go())
+    assert asked == Shutdown() and handed_back is None and code < 0  # asked to exit (it did not: killed)

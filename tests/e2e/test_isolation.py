@@ -11,10 +11,9 @@ import time
 import urllib.request
 
 import openai
-import psutil
 import pytest
 
-from tests.conftest import copy_engine, start_server, wait_for
+from tests.conftest import copy_engine, let_go, start_server, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -141,5 +140,5 @@ def test_an_idle_model_is_unloaded_after_its_keep_alive(server, client):
     pid = models(server)["gamma"]["pid"]
     assert pid is not None
     wait_for(lambda: models(server)["gamma"]["state"] == "unloaded", timeout=15, what="gamma's idle unload")
-    assert not psutil.pid_exists(pid)
+    assert let_go(server.base_url, pid)
     assert models(server)["alpha"]["state"] == "ready"  # keep-alive is per model

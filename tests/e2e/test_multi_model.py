@@ -13,7 +13,7 @@ import openai
 import psutil
 import pytest
 
-from tests.conftest import copy_engine, start_server, wait_for
+from tests.conftest import copy_engine, let_go, start_server, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -105,7 +105,8 @@ def test_loading_another_model_evicts_the_least_recently_used_idle_one(server, c
     assert after["beta"]["state"] == "ready"
     assert after["alpha"]["state"] == "unloaded"
     assert after["alpha"]["evictions"] == before["alpha"]["evictions"] + 1
-    assert not psutil.pid_exists(old_pid)  # the evicted worker is gone, and its memory with it
+    # The evicted worker is gone, its memory with it, or it gave the memory back and beta loaded into it.
+    assert not psutil.pid_exists(old_pid) or after["beta"]["pid"] == old_pid
     assert ledger(server)["used_bytes"] == after["beta"]["memory_bytes"]
 
 
@@ -176,10 +177,13 @@ def test_a_load_that_cannot_get_room_in_time_is_a_503_with_retry_after(server, c
 def test_unloading_by_hand_gives_the_memory_back(server, client):
     ask(client, "alpha")
     pid = models(server)["alpha"]["pid"]
-    assert psutil.Process(pid).memory_info().rss > 500 * 2**20
+    held = psutil.Process(pid).memory_info().rss
+    assert held > 500 * 2**20
     status, _, snapshot = admin(server, "/alpha/unload", "POST")
     assert status == 200 and snapshot["state"] == "unloaded"
-    assert not psutil.pid_exists(pid)
+    assert let_go(server.base_url, pid)
+    if psutil.pid_exists(pid):  # kept as the spare: the model's weights and cache are no longer resident
+        assert psutil.Process(pid).memory_info().rss < 0.6 * held
     assert ledger(server)["used_bytes"] == 0
 
 

@@ -120,6 +120,7 @@ class FakeWorkers:
         self.calls: list[str] = []  # refill, load_finished(True), server_busy, server_quiet, stop_refilling, close
         self._pids = itertools.count(FIRST_PID)
         self.spare_state = "none"
+        self.spare_pid = None
 
     def hold_loads(self, model: str) -> asyncio.Event:
         """Loads of `model` wait until the returned event is set."""
@@ -139,6 +140,12 @@ class FakeWorkers:
         worker = FakeWorker(model, next(self._pids), on_exit, self)
         self.started.append(worker)
         return worker
+
+    async def retire(self, worker: FakeWorker, timeout_s: float, reuse: bool) -> bool:
+        """Stopped: keeping a released worker as the spare is the real pool's (tests/unit/test_worker_pool.py)."""
+        self.calls.append(f"retire(reuse={reuse})")
+        await worker.stop(timeout_s)
+        return False
 
     def refill(self) -> None:
         self.calls.append("refill")

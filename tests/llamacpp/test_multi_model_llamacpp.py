@@ -57,5 +57,6 @@ def test_load_on_demand_then_evict_the_least_recently_used(server):
     after = models(server)
     assert after["beta"]["state"] == "ready" and after["alpha"]["state"] == "unloaded"
     assert after["alpha"]["evictions"] == alpha["evictions"] + 1
-    assert not psutil.pid_exists(alpha["pid"])  # the evicted worker is gone, and its memory with it
+    # The evicted worker is gone, its memory with it, or it gave the memory back and beta loaded into it.
+    assert not psutil.pid_exists(alpha["pid"]) or after["beta"]["pid"] == alpha["pid"]
     assert ask(server, "alpha") and models(server)["beta"]["state"] == "unloaded"

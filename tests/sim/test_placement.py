@@ -60,8 +60,11 @@ def test_only_two_of_four_fit_and_the_least_recently_used_makes_room(server):
     footprint = models["alpha"]["memory_bytes"]
     assert 33e9 < footprint < 33.5e9 and models["beta"]["memory_bytes"] == footprint  # the simulated bytes
 
+    alpha_pid = models["alpha"]["pid"]
     client.completions.create(model="gamma", prompt="Hello", max_tokens=4)  # evicts alpha, the older
     assert loaded(server) == ["beta", "gamma"]
+    models = {m["name"]: m for m in described(server)["models"]}
+    assert models["gamma"]["pid"] == alpha_pid  # alpha's worker, released, was the spare gamma loaded into
     client.completions.create(model="beta", prompt="Hello", max_tokens=4)  # beta is now the most recent
     client.completions.create(model="delta", prompt="Hello", max_tokens=4)  # evicts gamma
     assert loaded(server) == ["beta", "delta"]

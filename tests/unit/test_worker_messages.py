@@ -29,6 +29,7 @@ from orchestrator.ipc.messages import (
     LoadReport,
     LoadSpec,
     MalformedFrame,
+    Release,
     Shutdown,
     StatsQuery,
     StatsReport,
@@ -97,7 +98,7 @@ def test_requests_cancels_stats_queries_and_shutdown_cross_unchanged(engine):
         top_logprobs=3, response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
     )
     assert request.guide is not None and request.sampling.logit_bias == ((42, -5.5),)
-    for message in (Submit(request), Cancel(request.id), StatsQuery(17), Shutdown()):
+    for message in (Submit(request), Cancel(request.id), StatsQuery(17), Shutdown(), Release()):
         assert decode_to_worker(crossed(message.to_wire())) == message
 
 

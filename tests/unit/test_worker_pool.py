@@ -20,6 +20,7 @@ class _Process:
 
     exited = False
     channel = _Greeting()
+    pid = 4242
 
     async def kill(self) -> None:
         self.exited = True
@@ -92,3 +93,48 @@ def test_a_draining_server_starts_no_spare():
         return len(spawned), pool.spare_state
 
     assert run_virtual(go()) == (0, "none")
+
+
+class _Loaded:
+    """Stands for a loaded model's WorkerClient: `release` gives its process back when its backend can."""
+
+    def __init__(self, reusable: bool):
+        self.process = _Process() if reusable else None
+        self.stopped = False
+
+    async def release(self, timeout_s: float):
+        return self.process
+
+    async def stop(self, timeout_s: float) -> None:
+        self.stopped = True
+
+
+@pytest.mark.parametrize("spare_before", [False, True])
+def test_an_unloaded_models_worker_becomes_the_spare_and_the_next_load_takes_it(spare_before):
+    async def go():
+        pool, spawned = pool_with("after-load")
+        if spare_before:
+            pool.refill()
+            await settled()
+        worker = _Loaded(reusable=True)
+        kept = await pool.retire(worker, 1.0, reuse=True)
+        await settled()
+        taken = await pool._take_process()
+        return kept, taken is worker.process, [p.exited for p in spawned]
+
+    kept, took_it, spares = run_virtual(go())
+    assert kept and took_it
+    assert spares == ([True] if spare_before else [])  # one spare is enough: the one that waited is stopped
+
+
+@pytest.mark.parametrize("reusable, reuse", [(False, True), (True, False)])
+def test_a_worker_that_cannot_give_its_memory_back_or_at_shutdown_exits(reusable, reuse):
+    async def go():
+        pool, _ = pool_with("after-load")
+        worker = _Loaded(reusable)
+        kept = await pool.retire(worker, 1.0, reuse=reuse)
+        return kept, worker.stopped, pool.spare_state
+
+    kept, stopped, state = run_virtual(go())
+    assert not kept and state == "none"
+    assert stopped == (not reuse)  # release() itself stops a worker it cannot keep

@@ -142,7 +142,8 @@ class HfBackend:
                                       self._kv_blocks)
         cache.search_prefix_match = self._prefix
         self._outputs = outputs
-        return LoadReport(device=device)
+        # On the CPU a closed model's tensors go back to the allocator; on a GPU the CUDA context stays.
+        return LoadReport(device=device, reusable=device == "cpu")
 
     def _block_bytes(self) -> int:
         kv = self._manifest.kv_cache

@@ -148,7 +148,7 @@ class LlamaCppBackend:
         self._engine.start()
         await warm_up(warming, self._manifest.tokenizer.pad_token_id)
         self._outputs = outputs
-        return LoadReport(device="cpu")
+        return LoadReport(device="cpu", reusable=True)  # close frees the context and the model (their memory)
 
     def _load(self) -> None:
         from orchestrator.backends.llamacpp.api import Context, ContextShape, Model

@@ -113,6 +113,7 @@ class SimBackend:
         )
         return LoadReport(
             device=f"sim:{facts.gpu}",
+            reusable=True,  # nothing real is held: closing returns the simulated GPU's memory
             device_bytes=device_bytes(
                 manifest.weights_bytes, self.kv_tokens, kv.bytes_per_token, self._spec.runtime_overhead_bytes
             ),
