@@ -34,18 +34,20 @@ class LogitsPool:
         """Bytes a request of `choices` choices, each up to `max_new_tokens`, holds while it runs."""
         return max_new_tokens * choices * self.bytes_per_token
 
-    def check_fits(self, max_new_tokens: int, choices: int, param: str) -> None:
-        """Refuse (400 naming `param`, the request's max tokens field) a request that the whole pool cannot hold."""
+    def check_fits(self, max_new_tokens: int, choices: int, param: str, asked: bool = True) -> None:
+        """Refuse (400 naming `param`, the request's max tokens field) a request that the whole pool cannot hold;
+        `asked`: whether the request gave `param` (else `max_new_tokens` is what the context leaves)."""
         need = self.draw(max_new_tokens, choices)
         if need <= self.pool_bytes:
             return
         most = self.pool_bytes // (choices * self.bytes_per_token)
         per = f" for each of its {choices} choices" if choices > 1 else ""
+        given = f"{param} is {max_new_tokens}" if asked else f"without {param}, up to {max_new_tokens} tokens"
         raise InvalidRequest(
-            f"{param} is {max_new_tokens}: with top_logprobs this request needs {size(need)} of this model's "
-            f"generation logits pool ({max_new_tokens} tokens x {self.bytes_per_token} bytes{per}), more than the "
-            f"whole pool ({size(self.pool_bytes)}, its generation_logits_bytes setting); ask for at most {most} "
-            "tokens, fewer choices, or no top_logprobs",
+            f"{given}: with top_logprobs this request needs {size(need)} of this model's generation logits pool "
+            f"({max_new_tokens} tokens x {self.bytes_per_token} bytes{per}), more than the whole pool "
+            f"({size(self.pool_bytes)}, its generation_logits_bytes setting); ask for at most {most} tokens, fewer "
+            "choices, or no top_logprobs",
             param=param,
         )
 

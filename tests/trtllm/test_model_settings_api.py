@@ -85,3 +85,11 @@ def test_the_logits_pool_shows_in_admin_models_and_is_all_given_back(client):
         models = {m["name"]: m for m in json.loads(response.read())["models"]}
     assert models["with-logits"]["generation_logits_pool"] == {"size_bytes": POOL, "used_bytes": 0}
     assert models["without-logits"]["generation_logits_pool"] is None
+
+
+def test_a_request_without_max_tokens_is_refused_when_what_the_context_leaves_is_too_much(client):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="with-logits", messages=[{"role": "user", "content": "Hi"}],
+                                       logprobs=True, top_logprobs=2)
+    assert refused.value.body["param"] == "max_tokens"  # the field it did not give, in chat's older spelling
+    assert "without max_tokens" in refused.value.body["message"]
