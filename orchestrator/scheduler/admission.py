@@ -2,8 +2,10 @@
 turn, or is turned away; when a permit frees, `policy.pick_next` says which model's turn it is and
 `policy.pick_key` which API key's on that model (fairness.py keeps what it decides from).
 
-Admission knows nothing of workers or memory: it tells its owner when a model goes idle and when the server
-as a whole turns busy or quiet, through the callbacks it is given.
+Admission knows nothing of workers or of the memory ledger: it tells its owner when a model goes idle and when the
+server as a whole turns busy or quiet, through the callbacks it is given. The one memory it shares out is a model's
+generation logits pool (engine/logits.py, held in the ledger while the model is loaded): a top_logprobs request
+draws its bytes with its permit and gives them back with it.
 """
 
 from __future__ import annotations
