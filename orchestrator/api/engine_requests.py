@@ -202,6 +202,9 @@ def inference_request(
     raises the taxonomy's 400s naming the field."""
     fields, plan = generation.fields, generation.plan
     max_new = max_new_tokens(engine, generation, ceiling)
+    if fields.top_logprobs and engine.logits_pool is not None:  # the pinned host buffers its logits take
+        engine.logits_pool.check_fits(max_new, generation.n, generation.max_tokens_param,
+                                      asked=generation.max_tokens is not None)
     vocab_size = engine.prompts.tokenizer.get_vocab_size(with_added_tokens=True)
     outside = [t for t in fields.stop_token_ids if t >= vocab_size]
     if outside:

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.engine.logits import LogitsPool
 from orchestrator.engine.manifest import MANIFEST_FILE, EngineManifest, EngineRefused, load_manifest
 from orchestrator.text.prompt import PromptEncoder
 
@@ -26,6 +27,8 @@ class Engine:
     # The model's special_tokens_in_content setting, as served: special-token text inside a conversation is read
     # as the special token (else it stays plain text: text/literal_specials.py).
     special_tokens_in_content: bool = False
+    # Its generation logits pool, as served (engine/logits.py): a TensorRT-LLM model with generation_logits on.
+    logits_pool: LogitsPool | None = None
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,12 @@ def model_families(models: list[ModelSnapshot]) -> list[Metric]:
     idle = GaugeMetricFamily(
         "inferno_model_idle_seconds", "Seconds since the model last finished a request.", labels=["model"]
     )
+    pool = GaugeMetricFamily(
+        "inferno_generation_logits_pool_bytes",
+        "Pinned host RAM of the model's generation logits pool (trtllm, generation_logits on): its size, and what its "
+        "admitted top_logprobs requests hold of it.",
+        labels=["model", "kind"],
+    )
     failures = CounterMetricFamily(
         "inferno_model_load_failures", "Model loads that failed since the server started.", labels=["model"]
     )
@@ -48,7 +54,10 @@ def model_families(models: list[ModelSnapshot]) -> list[Metric]:
         memory.add_metric([model.name], model.memory_bytes)
         idle.add_metric([model.name], model.idle_seconds)
         failures.add_metric([model.name], model.load_failures)
-    return [running, waiting, state, info, memory, idle, failures]
+        if model.generation_logits_pool is not None:
+            pool.add_metric([model.name, "size"], model.generation_logits_pool.size_bytes)
+            pool.add_metric([model.name, "used"], model.generation_logits_pool.used_bytes)
+    return [running, waiting, state, info, memory, idle, pool, failures]
 
 
 def device_families(devices: list[DeviceMemory]) -> list[Metric]:

@@ -11,8 +11,10 @@ from enum import StrEnum
 
 from orchestrator.config import ServerConfig
 from orchestrator.engine.catalogue import Catalogue, Engine
+from orchestrator.engine.logits import engine_vocab_size, logits_pool
+from orchestrator.lifecycle import InferenceRequest
 from orchestrator.scheduler.fairness import ANONYMOUS_TENANT, KeyShares, Metered, Tenant
-from orchestrator.scheduler.observe import ModelSnapshot
+from orchestrator.scheduler.observe import ModelSnapshot, PoolSnapshot
 from orchestrator.scheduler.policy import KeyLoad, ModelLoad
 from orchestrator.scheduler.settings import ModelSettings, Priority, load_model_settings
 from orchestrator.supervisor.handle import WorkerHandle
@@ -36,12 +38,14 @@ class Waiter:
     arrival: int = field(compare=False)
     tenant: Tenant = field(default=ANONYMOUS_TENANT, compare=False)
     request: Metered | None = field(default=None, compare=False)  # charged to its key once granted
+    logits_bytes: int = field(default=0, compare=False)  # its draw on the model's generation logits pool
+    waiting_for: str = field(default="", compare=False)  # why it waits beyond a permit (policy.draw_logits's reason)
 
     @classmethod
     def make(cls, priority: Priority, arrival: int, tenant: Tenant = ANONYMOUS_TENANT,
-             request: Metered | None = None) -> Waiter:
+             request: Metered | None = None, logits_bytes: int = 0) -> Waiter:
         future = asyncio.get_running_loop().create_future()
-        return cls((-int(priority), arrival), future, priority, arrival, tenant, request)
+        return cls((-int(priority), arrival), future, priority, arrival, tenant, request, logits_bytes)
 
     @property
     def granted(self) -> bool:
@@ -77,6 +81,7 @@ class ModelEntry:
     idle_timer: asyncio.TimerHandle | None = None
     retry_timer: asyncio.TimerHandle | None = None  # ends a backoff: a crashed model unloaded, a pinned one reloaded
     waiting_for_room: str | None = None  # why its load waits for memory, while it does
+    logits_used: int = 0  # bytes of its generation logits pool (engine.logits_pool) drawn by admitted requests
 
     @property
     def name(self) -> str:
@@ -107,8 +112,27 @@ class ModelEntry:
 
     def next_waiter(self, key: str) -> Waiter:
         """The key's best waiter (highest priority, oldest), taken off the queue."""
-        index = next(i for i, waiter in enumerate(self.waiters) if waiter.tenant.key == key)
-        return self.waiters.pop(index)
+        return self.waiters.pop(self._head_of(key))
+
+    def peek_waiter(self, key: str) -> Waiter:
+        """The key's best waiter, left in the queue."""
+        return self.waiters[self._head_of(key)]
+
+    def _head_of(self, key: str) -> int:
+        return next(i for i, waiter in enumerate(self.waiters) if waiter.tenant.key == key)
+
+    def logits_draw(self, request: InferenceRequest) -> int:
+        """Bytes of the model's generation logits pool the request holds while it runs: 0 without a pool or without
+        top_logprobs. Raises the 400 for a request larger than the whole pool (the HTTP side refuses it first,
+        naming the field as its wire spells it)."""
+        pool = self.engine.logits_pool
+        if pool is None:
+            return 0
+        asking = [c.engine_request.max_new_tokens for c in request.choices if c.engine_request.top_logprobs > 0]
+        if not asking:
+            return 0
+        pool.check_fits(max(asking), len(asking), "max_tokens")
+        return pool.draw(sum(asking), 1)
 
     def load_view(self) -> ModelLoad:
         head = self.waiters[0] if self.waiters else None
@@ -155,7 +179,12 @@ class ModelEntry:
             last_error=self.last_error,
             pid=self.worker.pid if self.worker else None,
             retry_in_s=round(self.retry_in(now), 3) if self.state is ModelState.FAILED else None,
+            generation_logits_pool=self._pool_snapshot(),
         )
+
+    def _pool_snapshot(self) -> PoolSnapshot | None:
+        pool = self.engine.logits_pool
+        return None if pool is None else PoolSnapshot(pool.pool_bytes, self.logits_used)
 
 
 def build_entries(config: ServerConfig, catalogue: Catalogue, now: float) -> dict[str, ModelEntry]:
@@ -180,13 +209,28 @@ def build_entries(config: ServerConfig, catalogue: Catalogue, now: float) -> dic
 
 def _as_served(engine: Engine, settings: ModelSettings) -> Engine:
     """The engine with what the model's settings change: `generation_logits` in its manifest (a runtime setting of
-    TensorRT-LLM's executor, so the HTTP side's feature check and the load agree), and `retain_system_prompt`
+    TensorRT-LLM's executor, so the HTTP side's feature check and the load agree) and the pool its buffers draw
+    from (`generation_logits_bytes`), and `retain_system_prompt`
     (so the HTTP side counts system prefixes only for models that keep them), and `special_tokens_in_content` (how
     the HTTP side tokenises a conversation)."""
     if settings.retain_system_prompt:
         engine = replace(engine, retain_system_prompt=True)
     if settings.special_tokens_in_content:
         engine = replace(engine, special_tokens_in_content=True)
-    if settings.generation_logits is None or settings.generation_logits == engine.manifest.generation_logits:
-        return engine
-    return replace(engine, manifest=engine.manifest.model_copy(update={"generation_logits": settings.generation_logits}))
+    if settings.generation_logits is not None and settings.generation_logits != engine.manifest.generation_logits:
+        engine = replace(engine, manifest=engine.manifest.model_copy(
+            update={"generation_logits": settings.generation_logits}))
+    if engine.manifest.backend == "trtllm" and engine.manifest.generation_logits:
+        engine = replace(engine, logits_pool=logits_pool(engine.manifest, _vocab_size(engine),
+                                                         settings.generation_logits_bytes))
+    return engine
+
+
+def _vocab_size(engine: Engine) -> int:
+    """The engine's vocabulary (its config.json's), else its tokenizer's."""
+    vocab = engine_vocab_size(engine.folder)
+    if vocab is None and engine.prompts is not None:
+        vocab = engine.prompts.tokenizer.get_vocab_size(with_added_tokens=True)
+    if vocab is None:
+        raise ValueError(f"{engine.folder / 'config.json'} does not say the model's vocab_size")
+    return vocab

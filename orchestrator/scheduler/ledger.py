@@ -5,8 +5,10 @@ has been loaded once; then it is measured (the worker's GPU memory through NVML,
 the CPU) and the measurement replaces the estimate, for this load and the next ones. A worker on a simulated
 GPU (orchestrator/scheduler/sim_device.py) reports what it holds there instead, and that report is taken as is.
 
-Pinned host RAM is a second resource: a model's host KV tier (its `prompt_cache_bytes` setting) holds that many
-bytes of the host's memory for as long as it is loaded, and loads are refused beyond the host's capacity less its
+Pinned host RAM is a second resource: a model's host KV tier (its `prompt_cache_bytes` setting) and its generation
+logits pool (trtllm with `generation_logits` on: its `generation_logits_bytes`, which admission shares out among the
+requests that ask for top_logprobs; engine/logits.py) hold that many bytes of the host's memory for as long as it is
+loaded, and loads are refused beyond the host's capacity less its
 reserve as they are beyond the device's. It is the setting's value, never measured (a pinned pool is allocated
 whole at load; llama.cpp's RAM cache grows to its budget). Where the device is the host itself (models served on
 the CPU), the host tier is part of the device's memory and counted there.
@@ -114,7 +116,7 @@ def detect_probe(device: str, index: int = 0) -> DeviceProbe:
 class _Entry:
     footprint: int  # on the device
     measured: bool
-    host: int = 0  # pinned host RAM (the model's host KV tier)
+    host: int = 0  # pinned host RAM (the model's host KV tier and generation logits pool)
 
 
 class MemoryLedger:

@@ -10,6 +10,15 @@ from typing import Protocol
 
 
 @dataclass(frozen=True)
+class PoolSnapshot:
+    """A model's generation logits pool (trtllm, generation_logits on): pinned host RAM held while it is loaded, and
+    what its admitted top_logprobs requests hold of it."""
+
+    size_bytes: int
+    used_bytes: int
+
+
+@dataclass(frozen=True)
 class ModelSnapshot:
     name: str
     backend: str
@@ -26,6 +35,7 @@ class ModelSnapshot:
     last_error: str | None  # why the last load failed or the worker died; None once the model loads again
     pid: int | None = None  # the worker process, while one is assigned
     retry_in_s: float | None = None  # while failed: seconds until the next load may be tried
+    generation_logits_pool: PoolSnapshot | None = None  # None: the model has none
 
 
 @dataclass(frozen=True)

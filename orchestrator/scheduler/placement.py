@@ -86,13 +86,19 @@ class ModelPlacement:
     def _kv_bytes(self, entry: ModelEntry) -> int:
         return entry.settings.kv_cache_bytes or entry.engine.manifest.kv_cache.default_budget_bytes
 
-    def host_bytes(self, entry: ModelEntry) -> int:
+    def host_tier_bytes(self, entry: ModelEntry) -> int:
         """The host RAM the model's prompt cache takes (its host KV tier), 0 for backends without one."""
         backend = entry.engine.manifest.backend
         return prompt_cache_budget(backend, entry.settings.prompt_cache_bytes, self._kv_bytes(entry))
 
+    def host_bytes(self, entry: ModelEntry) -> int:
+        """The pinned host RAM the model holds while loaded: its host KV tier and its generation logits pool."""
+        pool = entry.engine.logits_pool
+        return self.host_tier_bytes(entry) + (pool.pool_bytes if pool is not None else 0)
+
     def need(self, entry: ModelEntry) -> Memory:
-        """What loading the model takes: its device estimate, and its host tier in pinned host RAM."""
+        """What loading the model takes: its device estimate, and its host tier and logits pool in pinned host
+        RAM."""
         return self._ledger.need(self.estimate(entry), self.host_bytes(entry))
 
     # -- loading ------------------------------------------------------------------------------------------
@@ -150,7 +156,7 @@ class ModelPlacement:
         manifest = entry.engine.manifest
         own = {
             "generation_logits": manifest.generation_logits,  # the model's setting over the manifest's
-            "prompt_cache_bytes": self.host_bytes(entry),  # what the ledger holds for it, resolved once
+            "prompt_cache_bytes": self.host_tier_bytes(entry),  # what the ledger holds for it, resolved once
             "retain_system_prompt": entry.settings.retain_system_prompt,
         }
         options = options_for(manifest.backend, {**self._config.worker.model_dump(), **own})

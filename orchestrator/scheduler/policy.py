@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from orchestrator.engine.logits import size
 from orchestrator.scheduler.settings import Priority
 
 # -- admission --------------------------------------------------------------------------------------------------
@@ -71,6 +72,27 @@ def pick_next(models: list[ModelLoad], total_running: int, max_running_total: in
     best = max(m.head_priority for m in eligible)
     contenders = [m for m in eligible if m.head_priority == best]
     return min(contenders, key=lambda m: (m.running / m.weight, m.head_arrival)).name
+
+
+# -- the generation logits pool ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolDraw:
+    """Whether a request's draw on its model's generation logits pool fits now, and if not, why it waits."""
+
+    fits: bool
+    reason: str = ""
+
+
+def draw_logits(need: int, pool_bytes: int, in_use: int) -> PoolDraw:
+    """Whether a request needing `need` bytes of generation logits may run now beside the running requests' `in_use`
+    of the model's `pool_bytes`. A request larger than the whole pool never reaches admission (a 400 before), so a
+    request that does not fit waits in the queue for running ones to give theirs back."""
+    if need <= pool_bytes - in_use:
+        return PoolDraw(True)
+    return PoolDraw(False, f"its top_logprobs need {size(need)} of the generation logits pool, which running "
+                           f"requests hold {size(in_use)} of {size(pool_bytes)}")
 
 
 # -- fairness between keys ------------------------------------------------------------------------------------

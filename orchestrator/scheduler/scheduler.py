@@ -226,15 +226,17 @@ class Scheduler:
         """A permit on the request's model and its loaded worker, for the duration of the block; `tenant` (the
         caller's key) shares the model fairly with other keys, charged the tokens the request is served.
 
-        Waiting for a permit and for the model's load together take at most the queue timeout (then 503 with
+        Waiting for a permit (and for room in the model's generation logits pool, for a top_logprobs request on a
+        model with one) and for the model's load together take at most the queue timeout (then 503 with
         Retry-After). Leaving cancels the request's unfinished engine requests; a request that finished well
         resets the model's failure count (so a later failure is retried at once). A request whose worker
         crashed under it leaves with Retry-After: when the model can be tried again."""
         entry = self._entry_for(request.model)
         self._placement.check_backoff(entry)
+        logits = entry.logits_draw(request)  # its generation logits buffers, drawn from the model's pool
         deadline = self._clock() + self._config.scheduling.queue_timeout_s
         await self._admission.acquire(entry, entry.settings.priority_class if priority is None else priority, tenant,
-                                      request)
+                                      request, logits)
         worker = None
         try:
             worker = await self._placement.ensure_loaded(entry, within_s=max(0.0, deadline - self._clock()))
@@ -253,7 +255,7 @@ class Scheduler:
             if request.status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH):
                 entry.consecutive_failures = 0
             entry.last_used = self._clock()
-            self._admission.release(entry, tenant, request)
+            self._admission.release(entry, tenant, request, logits)
 
     # -- by hand (the admin API) --------------------------------------------------------------------------
     async def load(self, model: str) -> ModelSnapshot:

@@ -12,6 +12,7 @@
     kv_cache_bytes = 8_589_934_592
     max_tokens = 4096          # most tokens a choice may generate; the default for requests that give none
     generation_logits = true   # trtllm: gather each step's logits, for top_logprobs (pinned host RAM per request)
+    generation_logits_bytes = 4_294_967_296  # trtllm: the pinned host RAM those requests' logits share
     prompt_cache_bytes = 17_179_869_184  # host RAM keeping reusable KV off the device (trtllm: pinned host tier)
     retain_system_prompt = true  # trtllm, sim: the system prompt and tools' KV blocks are evicted last
     special_tokens_in_content = true  # a message's `<|im_start|>` text is the control token (unsafe; default false)
@@ -63,6 +64,12 @@ class ModelSettings(BaseModel):
     generation_logits: bool | None = Field(
         None, description="trtllm: the executor gathers each step's logits, so top_logprobs works; costs a pinned "
         "host buffer of max_new_tokens x vocab logits per running request (default: the engine manifest's)",
+    )
+    generation_logits_bytes: int | None = Field(
+        None, ge=1, description="trtllm, with generation_logits on: pinned host RAM held in the memory ledger while "
+        "the model is loaded, from which each running top_logprobs request draws max_new_tokens x n x vocab_padded "
+        "x 4 bytes (a request waits while the pool is full; one larger than the pool is refused) (default: one "
+        "choice of the longest sequence, max_seq_len x vocab_padded x 4)",
     )
 
     prompt_cache_bytes: int | None = Field(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from pathlib import Path
 
 from orchestrator.config import MemoryConfig, SchedulingConfig, ServerConfig, WorkerConfig
@@ -49,9 +50,15 @@ def manifest(name: str, gib: float, backend: str = "hf") -> EngineManifest:
     )
 
 
-def catalogue(models: dict[str, float], backend: str = "hf") -> Catalogue:
-    engines = {name: Engine(name, Path("/made-up/engines") / name, manifest(name, gib, backend), None)
-               for name, gib in models.items()}
+def catalogue(models: dict[str, float], backend: str = "hf", engines_dir: Path | None = None,
+              vocab_size: int | None = None) -> Catalogue:
+    """Made-up engines; with `vocab_size`, each folder (under `engines_dir`) has a config.json saying it, as a
+    TensorRT-LLM engine's does."""
+    folders = {name: (engines_dir or Path("/made-up/engines")) / name for name in models}
+    for folder in folders.values() if vocab_size is not None else ():
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps({"pretrained_config": {"vocab_size": vocab_size}}))
+    engines = {name: Engine(name, folders[name], manifest(name, gib, backend), None) for name, gib in models.items()}
     return Catalogue(engines, {})
 
 
@@ -102,22 +109,25 @@ def make_scheduler(
     model_settings: str | None = None,
     backend: str = "hf",
     host_gib: float = 1024,
+    vocab_size: int | None = None,
     **scheduling,
 ) -> tuple[Scheduler, FakeWorkers, RecordedEvents]:
     """Call inside the running (virtual time) loop. `model_settings`: the TOML of --model-settings; `host_gib`: the
-    host RAM for host KV tiers (its reading is the machine's own: the ledger takes the smaller)."""
+    host RAM for host KV tiers and logits pools (its reading is the machine's own: the ledger takes the smaller);
+    `vocab_size`: the engines' vocabulary, in a config.json of each (for generation logits pools)."""
     config = server_config(tmp_path, device_gib, model_settings, host_gib, **scheduling)
     workers, events = FakeWorkers(), RecordedEvents()
     scheduler = Scheduler(
-        config, catalogue(models, backend), workers, events=events, probe=FakeDevice(int(device_gib * GIB)),
+        config, catalogue(models, backend, tmp_path / "engines", vocab_size), workers, events=events, probe=FakeDevice(int(device_gib * GIB)),
         clock=asyncio.get_running_loop().time,
     )
     return scheduler, workers, events
 
 
-def inference_request(model: str, n: int = 1) -> InferenceRequest:
+def inference_request(model: str, n: int = 1, max_new_tokens: int = 8, top_logprobs: int = 0) -> InferenceRequest:
     request_id = f"req-{next(_ids)}"
-    choices = [Choice(i, EngineRequest(f"{request_id}.{i}", (1, 2, 3), 8)) for i in range(n)]
+    choices = [Choice(i, EngineRequest(f"{request_id}.{i}", (1, 2, 3), max_new_tokens, top_logprobs=top_logprobs))
+               for i in range(n)]
     return InferenceRequest(request_id, model, 3, choices, stream=False)
 
 
