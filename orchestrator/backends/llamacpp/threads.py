@@ -7,10 +7,7 @@ tok/s with 1 thread and 14.3 with 2, sixteen at 186.2 and 328.6; on another, one
 (docs/llamacpp.md, "Threads"). No fixed rule is right on both. So the engine times each candidate count on steps
 of each size class (1, 2-3, 4-7, 8-15, 16-31, 32 and more tokens), interleaved, `TRIES` steps each, then runs
 that class on the faster (by median time per token), and every `RETRY_EVERY` steps of the class times the others
-again, since the machine's load changes. A count already `FAR_SLOWER` than another after `FIRST_TRIES` steps is
-not tried further: on a 2-core VM one thread ran 144-token steps at half the speed of two, and eight such tries
-cost a fresh server's first concurrent requests seconds (docs/llamacpp.md, "Against llama-server's defaults").
-`--worker.threads N` runs every step on N.
+again, since the machine's load changes. `--worker.threads N` runs every step on N.
 """
 
 from __future__ import annotations
@@ -21,8 +18,6 @@ from collections import deque
 SIZE_CLASSES = 6  # steps of 1, 2-3, 4-7, 8-15, 16-31, 32+ tokens
 TRIES = 8  # steps each candidate is timed on, per size class, before the faster one is kept
 RETRY_EVERY = 4096  # steps of a class after which the slower candidates are timed again
-FIRST_TRIES = 2  # steps after which a candidate far slower than another one stops being tried
-FAR_SLOWER = 1.25  # median seconds per token over the best's that counts as far slower
 
 
 def size_class(tokens: int) -> int:
@@ -30,17 +25,9 @@ def size_class(tokens: int) -> int:
 
 
 def pick(candidates: tuple[int, ...], times: dict[int, deque[float]]) -> int:
-    """The thread count for the next step of a class: a candidate still being tried (the least timed first, so
-    the tries interleave), else the fastest by median seconds per token. A candidate is tried `TRIES` times, or
-    `FIRST_TRIES` times when it is then `FAR_SLOWER` than the best so far."""
-    medians = {c: statistics.median(times[c]) for c in candidates if len(times.get(c, ())) >= FIRST_TRIES}
-    best = min(medians, key=medians.__getitem__, default=None)
-
-    def settled(c: int) -> bool:
-        timed = len(times.get(c, ()))
-        return timed >= TRIES or (c in medians and c != best and medians[c] > FAR_SLOWER * medians[best])
-
-    untried = [c for c in candidates if not settled(c)]
+    """The thread count for the next step of a class: a candidate not yet timed `TRIES` times (the least timed
+    first, so the tries interleave), else the fastest by median seconds per token."""
+    untried = [c for c in candidates if len(times.get(c, ())) < TRIES]
     if untried:
         return min(untried, key=lambda c: len(times.get(c, ())))
     return min(candidates, key=lambda c: statistics.median(times[c]))
