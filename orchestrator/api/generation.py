@@ -20,7 +20,7 @@ from orchestrator.access.keys import ANONYMOUS
 from orchestrator.api.completions_format import Format, now
 from orchestrator.api.preparation import FrontDoorRequest, Prepared, prepare_generation
 from orchestrator.api.record import record_of
-from orchestrator.api.sse import DONE, ChunkTemplates, SseWriter, sse
+from orchestrator.api.sse import DONE, ChunkTemplates, SseWriter, open_event_stream, sse
 from orchestrator.api.stall import watch_stalls
 from orchestrator.api.state import STATE
 from orchestrator.api.wire import _GenerationRequest
@@ -142,13 +142,9 @@ async def collect(request: InferenceRequest) -> None:
     request.finish(request.final_status())
 
 
-async def _open_event_stream(http: web.Request) -> SseWriter:
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    )
-    response.enable_chunked_encoding()
-    await response.prepare(http)
-    writer = SseWriter(response, http)
+async def _open_event_stream(http: web.Request, first: bytes) -> SseWriter:
+    """The stream's headers and `first`, its first events, in one write; its stall watch started."""
+    writer = await open_event_stream(http, first)
     watch_stalls(http, writer.handed_bytes)
     return writer
 
@@ -167,31 +163,29 @@ async def _stream_events(http: web.Request, request: InferenceRequest, presenter
             async with asyncio.timeout(KEEPALIVE_S):  # a timer per step, not a task as wait_for makes
                 deltas = await next_deltas(request)
         except TimeoutError:
+            keepalive = event_bytes(presenter.keepalive()) or b": keepalive\n\n"
             if writer is None:
-                writer = await _open_event_stream(http)
-                await writer.send(event_bytes(presenter.opening(request)))
-            await writer.send(event_bytes(presenter.keepalive()) or b": keepalive\n\n")
+                writer = await _open_event_stream(http, event_bytes(presenter.opening(request)) + keepalive)
+            else:
+                await writer.send(keepalive)
             continue
         if writer is None:
             first_error = next((d for d in deltas if d.error is not None), None)
             if first_error is not None:
                 raise request.record(first_error).error
-            writer = await _open_event_stream(http)
-            await writer.send(event_bytes(presenter.opening(request)))
+            writer = await _open_event_stream(http, event_bytes(presenter.opening(request)))
         events: list[Event] = []
         for delta in deltas:
             choice = request.record(delta)
             if choice.error is not None:
                 request.finish(RequestStatus.FINISHED_ERROR)
                 events += presenter.failure(request, choice.error, record_of(http).id)
-                await writer.send(event_bytes(events))
-                await writer.close()
+                await writer.finish(event_bytes(events))
                 return writer.response
             events += presenter.delta(request, choice, delta)
         if request.all_finished:
             request.finish(request.final_status())
-            await writer.send(event_bytes(events + presenter.closing(request)))
-            await writer.close()
+            await writer.finish(event_bytes(events + presenter.closing(request)))
             return writer.response
         await writer.send(event_bytes(events))
 
@@ -218,13 +212,12 @@ class _EventStream:
         )
 
     async def open(self) -> None:
-        self.writer = await _open_event_stream(self.http)
         first = b"".join(
             sse(self.fmt.chunk(self.request, self.created, choice.index, self.request.echo, role=True,
                                include_usage=self.include_usage, continuous_usage=self.continuous_usage))
             for choice in self.request.choices
         )
-        await self.writer.send(first)
+        self.writer = await _open_event_stream(self.http, first)
         if not self.continuous_usage:  # usage on every chunk is rendered in full each time
             self.request.fast_path = self.fast_text
 
@@ -251,8 +244,7 @@ class _EventStream:
             if choice.error is not None:
                 request.finish(RequestStatus.FINISHED_ERROR)
                 error = error_body(choice.error, record_of(self.http).id)  # the id the logs know it by
-                await self.writer.send(bytes(out) + sse(error) + DONE)
-                await self.writer.close()
+                await self.writer.finish(bytes(out) + sse(error) + DONE)
                 return True
             if delta.text or delta.finish is not None or delta.logprobs or delta.reasoning or delta.tool_calls:
                 out += self.chunk(choice, delta)
@@ -260,8 +252,7 @@ class _EventStream:
             request.finish(request.final_status())
             if self.include_usage:
                 out += sse(self.fmt.usage_chunk(request, self.created))
-            await self.writer.send(bytes(out) + DONE)
-            await self.writer.close()
+            await self.writer.finish(bytes(out) + DONE)
             return True
         await self.writer.send(bytes(out))
         return False

@@ -5,7 +5,9 @@ marker, and keeps the bytes before and after the marker's JSON: a text chunk is 
 suffix, the same bytes the general renderer (completions_format.Format.chunk) would make. `SseWriter` writes a chunk to
 the socket synchronously, in HTTP/1.1 chunked framing, so the worker reader's dispatch can stream a step's text to
 every client without waking one coroutine per request; it reports when the socket's buffer is congested (the
-client reads slowly) so the caller can fall back to waiting for the buffer to drain.
+client reads slowly) so the caller can fall back to waiting for the buffer to drain. `open_event_stream` sends the
+response's headers in one write with the first events, and `SseWriter.finish` the last events with the end of the
+body: two writes (and system calls) per response fewer than headers, chunks and end each on their own.
 """
 
 from __future__ import annotations
@@ -47,6 +49,13 @@ class ChunkTemplates:
         return whole[:at], whole[at + len(marker) :]
 
 
+class EventStreamResponse(web.StreamResponse):
+    """A chunked response whose headers wait for its first chunk and leave in the same write (aiohttp's
+    `web.Response` buffers its headers the same way)."""
+
+    _send_headers_immediately = False
+
+
 class SseWriter:
     """Writes an open (prepared, chunked) event stream without awaiting; `drain` waits when it is congested."""
 
@@ -75,7 +84,7 @@ class SseWriter:
         if not data:
             return True
         transport = self._transport
-        if transport is None or transport.is_closing() or transport.get_write_buffer_size() > self._high_water:
+        if not self._writable(transport):
             return False
         framed = b"%x\r\n%b\r\n" % (len(data), data)
         self.handed += len(framed)
@@ -85,12 +94,17 @@ class SseWriter:
     def write_parts(self, prefix: bytes, body: bytes, suffix: bytes) -> bool:
         """`write(prefix + body + suffix)`, framed in one go (a templated chunk: ChunkTemplates.parts)."""
         transport = self._transport
-        if transport is None or transport.is_closing() or transport.get_write_buffer_size() > self._high_water:
+        if not self._writable(transport):
             return False
         framed = b"%x\r\n%b%b%b\r\n" % (len(prefix) + len(body) + len(suffix), prefix, body, suffix)
         self.handed += len(framed)
         transport.write(framed)
         return True
+
+    def _writable(self, transport) -> bool:
+        return transport is not None and not transport.is_closing() and (
+            transport.get_write_buffer_size() <= self._high_water
+        )
 
     async def drain(self) -> None:
         """Wait until the socket's buffer has room again (the client reads)."""
@@ -103,5 +117,33 @@ class SseWriter:
                 raise ConnectionResetError("the client closed the connection")
             await self.drain()
 
-    async def close(self) -> None:
-        await self._response.write_eof()
+    async def _room(self) -> None:
+        """Wait until a write would be taken; ConnectionResetError if the client has gone."""
+        while not self._writable(self._transport):
+            if not self.open:
+                raise ConnectionResetError("the client closed the connection")
+            await self.drain()
+
+    async def finish(self, data: bytes) -> None:
+        """Send `data`, the last events, and the end of the body in one write."""
+        await self._room()
+        self.handed += _framed_size(data) + 5  # and the last chunk, "0\r\n\r\n"
+        await self._response.write_eof(data)
+
+
+async def open_event_stream(http: web.Request, first: bytes) -> SseWriter:
+    """Prepare an event stream and send its headers with `first`, the first events, in one write."""
+    response = EventStreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+    response.enable_chunked_encoding()
+    await response.prepare(http)
+    writer = SseWriter(response, http)
+    writer.handed += _framed_size(first)
+    await response.write(first)  # the buffered headers go with it
+    return writer
+
+
+def _framed_size(data: bytes) -> int:
+    """The bytes of `data` as one HTTP chunk: its length in hex, CRLF, the data, CRLF."""
+    return len(b"%x" % len(data)) + len(data) + 4 if data else 0
