@@ -34,6 +34,7 @@ class FakeWorker:
         self.submitted: list[EngineRequest] = []
         self.cancelled: list[str] = []  # ids cancelled while in flight
         self.stopped = False
+        self.released = False  # kept as the spare when its model was unloaded
 
     @property
     def pid(self) -> int:
@@ -121,6 +122,8 @@ class FakeWorkers:
         self._pids = itertools.count(FIRST_PID)
         self.spare_state = "none"
         self.spare_pid = None
+        self.keeps_released = False  # retire keeps a released worker as the spare (its backend is reusable)
+        self.release_gate: asyncio.Event | None = None  # a release waits for it
 
     def hold_loads(self, model: str) -> asyncio.Event:
         """Loads of `model` wait until the returned event is set."""
@@ -142,10 +145,17 @@ class FakeWorkers:
         return worker
 
     async def retire(self, worker: FakeWorker, timeout_s: float, reuse: bool) -> bool:
-        """Stopped: keeping a released worker as the spare is the real pool's (tests/unit/test_worker_pool.py)."""
+        """Stopped, unless `keeps_released` (the real pool's rules: tests/unit/test_worker_pool.py): then, with
+        `reuse`, released (once `release_gate` opens) and kept."""
         self.calls.append(f"retire(reuse={reuse})")
-        await worker.stop(timeout_s)
-        return False
+        if not (reuse and self.keeps_released):
+            await worker.stop(timeout_s)
+            return False
+        if self.release_gate is not None:
+            await self.release_gate.wait()
+        worker.released = True
+        worker._go_away("released")
+        return True
 
     def refill(self) -> None:
         self.calls.append("refill")
