@@ -148,6 +148,14 @@ async def serve(scheduler: Scheduler, request: InferenceRequest) -> InferenceReq
     return request
 
 
+async def served(scheduler: Scheduler, workers, model: str = "alpha") -> InferenceRequest:
+    """One request for `model`, answered at once by its (fake) worker."""
+    task = asyncio.create_task(serve(scheduler, inference_request(model)))
+    worker, engine_request = await workers.next_submit()
+    worker.finish(engine_request.id)
+    return await task
+
+
 def model(scheduler: Scheduler, name: str) -> ModelSnapshot:
     """The model's snapshot now: what the scheduler shows of it (its state, counters, retry time)."""
     [snapshot] = (s for s in scheduler.snapshot() if s.name == name)

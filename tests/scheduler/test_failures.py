@@ -10,20 +10,13 @@ import pytest
 from orchestrator.errors import EngineError, ModelUnavailable, WorkerCrashed
 from orchestrator.lifecycle import RequestStatus
 from tests.fakes.clock import run_virtual
-from tests.scheduler.harness import advance, inference_request, make_scheduler, model, serve
-
-
-async def answered(scheduler, workers, model: str = "alpha"):
-    task = asyncio.create_task(serve(scheduler, inference_request(model)))
-    worker, engine_request = await workers.next_submit()
-    worker.finish(engine_request.id)
-    return await task
+from tests.scheduler.harness import advance, inference_request, make_scheduler, model, serve, served
 
 
 def test_a_crash_during_a_request_fails_it_and_the_next_request_reloads_the_model(tmp_path):
     async def go():
         scheduler, workers, events = make_scheduler(tmp_path, {"alpha": 1, "beta": 1}, 2)
-        await answered(scheduler, workers, "beta")
+        await served(scheduler, workers, "beta")
         request = inference_request("alpha", n=2)
         task = asyncio.create_task(serve(scheduler, request))
         worker, _ = await workers.next_submit()
@@ -33,7 +26,7 @@ def test_a_crash_during_a_request_fails_it_and_the_next_request_reloads_the_mode
             await task
         alpha, beta = model(scheduler, "alpha"), model(scheduler, "beta")
         crashed = (alpha.state, alpha.crashes, alpha.running, beta.state)
-        reply = await answered(scheduler, workers)  # at once: a first failure is retried without delay
+        reply = await served(scheduler, workers)  # at once: a first failure is retried without delay
         return crashed, reply.status, model(scheduler, "alpha").state, len(workers.of("alpha")), events.log
 
     crashed, status, state, alpha_workers, log = run_virtual(go())
@@ -54,10 +47,10 @@ def test_failures_in_a_row_back_off_and_a_request_that_succeeds_resets_the_count
             await serve(scheduler, inference_request("alpha"))
         tries_while_backing_off = len(workers.started)
         await advance(1)
-        await answered(scheduler, workers)
+        await served(scheduler, workers)
         # A crash after a success is a first failure again: retried at once (a count not reset would back off 2 s).
         workers.of("alpha")[-1].crash()
-        await answered(scheduler, workers)
+        await served(scheduler, workers)
         return backing_off.value.retry_after_s, tries_while_backing_off, len(workers.started)
 
     retry_after, tries, started = run_virtual(go())

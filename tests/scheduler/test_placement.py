@@ -10,15 +10,7 @@ import pytest
 
 from orchestrator.errors import ModelUnavailable
 from tests.fakes.clock import run_virtual, until
-from tests.scheduler.harness import advance, inference_request, make_scheduler, model, serve
-
-
-async def served(scheduler, workers, model: str):
-    """One request for `model`, answered at once."""
-    task = asyncio.create_task(serve(scheduler, inference_request(model)))
-    worker, engine_request = await workers.next_submit()
-    worker.finish(engine_request.id)
-    return await task
+from tests.scheduler.harness import advance, inference_request, make_scheduler, model, serve, served
 
 
 def test_an_idle_model_is_evicted_least_recently_used_first(tmp_path):

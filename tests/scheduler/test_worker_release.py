@@ -7,14 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.fakes.clock import run_virtual, until
-from tests.scheduler.harness import GIB, advance, inference_request, make_scheduler, model, serve
-
-
-async def served(scheduler, workers, name: str):
-    task = asyncio.create_task(serve(scheduler, inference_request(name)))
-    worker, engine_request = await workers.next_submit()
-    worker.finish(engine_request.id)
-    return await task
+from tests.scheduler.harness import GIB, advance, make_scheduler, model, served
 
 
 def test_an_evicted_models_worker_is_released_and_not_ended(tmp_path):
