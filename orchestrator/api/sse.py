@@ -112,10 +112,9 @@ class SseWriter:
 
     async def send(self, data: bytes) -> None:
         """Send `data`, waiting for room first if needed; ConnectionResetError if the client has gone."""
-        while not self.write(data):
-            if not self.open:
-                raise ConnectionResetError("the client closed the connection")
-            await self.drain()
+        if not self.write(data):
+            await self._room()
+            self.write(data)  # taken: nothing ran between the room and the write
 
     async def _room(self) -> None:
         """Wait until a write would be taken; ConnectionResetError if the client has gone."""

@@ -220,37 +220,35 @@ class Cancel:
         return cls(_checked(frame, cls.KIND, {"id": (str,)})["id"])
 
 
+class _Signal:
+    """A message that is only its kind."""
+
+    __slots__ = ()
+    KIND: ClassVar[FrameKind]
+
+    def to_wire(self) -> dict:
+        return {"kind": self.KIND}
+
+    @classmethod
+    def from_wire(cls, frame: dict):
+        _framed(cls.KIND, frame)
+        _checked(frame, cls.KIND, {})
+        return cls()
+
+
 @dataclass(frozen=True, slots=True)
-class Shutdown:
+class Shutdown(_Signal):
     """Stop serving and exit (the engine is closed first)."""
 
     KIND: ClassVar[FrameKind] = FrameKind.SHUTDOWN
 
-    def to_wire(self) -> dict:
-        return {"kind": self.KIND}
-
-    @classmethod
-    def from_wire(cls, frame: dict) -> Shutdown:
-        _framed(cls.KIND, frame)
-        _checked(frame, cls.KIND, {})
-        return cls()
-
 
 @dataclass(frozen=True, slots=True)
-class Release:
+class Release(_Signal):
     """Close the engine and wait for another load: the worker becomes a spare again. It answers "idle" once
     its engine's memory is back, or exits (as for a shutdown) when its backend cannot give all of it back."""
 
     KIND: ClassVar[FrameKind] = FrameKind.RELEASE
-
-    def to_wire(self) -> dict:
-        return {"kind": self.KIND}
-
-    @classmethod
-    def from_wire(cls, frame: dict) -> Release:
-        _framed(cls.KIND, frame)
-        _checked(frame, cls.KIND, {})
-        return cls()
 
 
 # -- engine stats ----------------------------------------------------------------------------------------------------
