@@ -4,6 +4,8 @@ settings for a process that serves: the server's and each worker's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import gc
 from collections.abc import Coroutine
 
@@ -29,3 +31,12 @@ def settle_heap() -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
+
+
+def reclaim_heap() -> None:
+    """After a worker closed its engine (a release): what settle_heap froze may be garbage now. Collect it, and
+    hand freed heap pages back to the system (glibc keeps them otherwise)."""
+    gc.unfreeze()
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
-import gc
 import logging
 import os
 import socket
@@ -285,12 +283,9 @@ async def _serve(channel: Channel, spec: LoadSpec) -> int:
 
 
 def _memory_back(baseline: int) -> bool:
-    """After a release: collect the closed engine's objects (frozen by settle_heap), hand freed heap pages back
-    to the system, and say whether the process holds no more than it did before its first load (+ slack)."""
-    gc.unfreeze()
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)  # glibc keeps freed arenas otherwise
+    """After a release: reclaim the closed engine's memory and say whether the process holds no more than it did
+    before its first load (+ slack)."""
+    aio.reclaim_heap()
     rss = psutil.Process().memory_info().rss
     if rss <= baseline + RELEASE_SLACK_BYTES:
         log.info("released: %.0f MiB resident (%.0f MiB before the first load); a spare again",
