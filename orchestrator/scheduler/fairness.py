@@ -93,8 +93,16 @@ class KeyShares:
             self._serving.pop(tenant.key, None)
 
     def loads(self, queued: Counter[str], now: float) -> list[KeyLoad]:
-        """Every known key's state, without its waiters' priorities (see `entries.ModelEntry.key_loads`)."""
+        """Every known key's state, without its waiters' priorities (see `entries.ModelEntry.key_loads`).
+
+        Counters are only ever compared between keys, so with one key known on the model its counter is its
+        settled part alone: its running requests' tokens are summed (a pass over every one of them, on every
+        admission) only where another key's counter is there to compare."""
         recent = {key for key, seen in self._seen.items() if now - seen <= self._presence_s}
         keys = set(self._settled) | set(self._serving) | set(queued) | recent
-        return [KeyLoad(key, self.running(key), queued[key], self.counter(key), self._weights.get(key, 1.0),
+        counter = self.counter if len(keys) > 1 else self._settled_counter
+        return [KeyLoad(key, self.running(key), queued[key], counter(key), self._weights.get(key, 1.0),
                         recent=key in recent) for key in keys]
+
+    def _settled_counter(self, key: str) -> float:
+        return self._settled.get(key, 0.0)

@@ -125,3 +125,29 @@ def test_a_permit_is_kept_for_a_key_between_its_requests_and_given_away_once_it_
     assert served_b == 1
     assert running_a == 2
     assert 5.0 <= waited < 6.0
+
+
+def test_one_keys_admissions_do_not_sum_its_running_requests_and_two_keys_do(tmp_path):
+    """Counters are only compared between keys: while one key is alone on the model its admissions leave its
+    running requests' tokens unread (a pass over all of them per admission); once another key comes, they count."""
+    reads = []
+
+    class Watched:
+        prompt_tokens = 3
+
+        @property
+        def completion_tokens(self) -> int:
+            reads.append(self)
+            return 10
+
+    async def go():
+        admission, entry = make_admission(tmp_path, SMALL.replace("max_concurrency = 2", "max_concurrency = 3"))
+        await admission.acquire(entry, NOW, A, Watched())
+        await admission.acquire(entry, NOW, A, Watched())
+        alone = len(reads)
+        await admission.acquire(entry, NOW, B, inference_request("alpha"))  # b arrives: lifted to a's counter
+        return alone, entry.shares.counter("b")
+
+    alone, lifted = run_virtual(go())
+    assert alone == 0
+    assert reads and lifted == 2 * (3 + 2 * 10) + 3  # a's two requests as served so far, then b's own prompt
