@@ -79,9 +79,8 @@ async def prepare_generation(http: web.Request, wire: FrontDoorRequest, id_prefi
     caller = record.caller or ANONYMOUS
     priority = request_priority(wire.service_tier, model.settings.priority_class, caller.priority)
     admit_caller(http, wire.choices_asked)
-    await off_loop(http, _check_prompt_chars, wire, model.engine, record.body_bytes)
-    request = await off_loop(http, _inference_request, wire, model.engine, id_prefix, priority.in_engine,
-                             model.settings.max_tokens, record.caller)
+    request = await off_loop(http, _checked_inference_request, wire, model.engine, record.body_bytes, id_prefix,
+                             priority.in_engine, model.settings.max_tokens, record.caller)
     record.inference = request
     if record.limiter is not None:
         most = sum(choice.engine_request.max_new_tokens for choice in request.choices)
@@ -103,8 +102,11 @@ def admit_caller(http: web.Request, choices: int = 1) -> None:
         record.limiter, record.choices_taken = limiter, choices
 
 
-def _inference_request(wire: FrontDoorRequest, engine: Engine, id_prefix: str, priority: int,
-                       ceiling: int | None, caller: KeyPolicy | None) -> InferenceRequest:
+def _checked_inference_request(wire: FrontDoorRequest, engine: Engine, body_bytes: int, id_prefix: str,
+                               priority: int, ceiling: int | None, caller: KeyPolicy | None) -> InferenceRequest:
+    """The prompt's length in characters checked, then tokenised into the inference request: one piece of work,
+    so that a big body goes to a thread once."""
+    _check_prompt_chars(wire, engine, body_bytes)
     generation = wire.generation(engine)
     salt = cache_salt(caller, generation.cache_salt)
     return inference_request(engine, generation, id_prefix=id_prefix, priority=priority, ceiling=ceiling,
