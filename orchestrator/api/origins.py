@@ -52,6 +52,8 @@ def _preflight_headers(http: web.Request) -> dict[str, str]:
 
 async def stamp_cors(http: web.Request, response: web.StreamResponse) -> None:
     """on_response_prepare: CORS headers on every response to an allowed origin, streams included."""
+    if "Origin" not in http.headers:  # most requests: no browser, nothing to look up
+        return
     origin = http.get(ALLOWED_ORIGIN)
     if origin is None:
         return
