@@ -249,12 +249,12 @@ class MemoryLedger:
             self._measured[model] = measured
         return entry.footprint
 
-    def release(self, model: str, kept_pid: int | None = None) -> None:
-        """The model is unloaded. `kept_pid`: its worker lives on as a spare, its engine's memory given back
+    def release(self, model: str, spare_pid: int | None = None) -> None:
+        """The model is unloaded. `spare_pid`: its worker lives on as a spare, its engine's memory given back
         (it said so, with its resident memory checked): a simulated device no longer counts it."""
         self._entries.pop(model, None)
-        if kept_pid is not None and isinstance(self.probe, ReportedDevice):
-            self.probe.hold(kept_pid, 0)
+        if spare_pid is not None and isinstance(self.probe, ReportedDevice):
+            self.probe.hold(spare_pid, 0)
 
     def returned(self, pid: int) -> bool:
         """After an unload: the worker's memory is back (its process tree holds nothing on the device)."""

@@ -267,16 +267,16 @@ class ModelPlacement:
     async def _finish_unload(self, entry: ModelEntry, worker: WorkerHandle | None, reason: str) -> None:
         if worker is None:
             return
-        kept = await self._workers.retire(worker, self._config.worker.stop_timeout_s, reuse=reason != "shutdown")
+        spare = await self._workers.retire(worker, self._config.worker.stop_timeout_s, reuse=reason != "shutdown")
         freed = self._ledger.footprint(entry.name)
-        self._ledger.release(entry.name, kept_pid=worker.pid if kept else None)
+        self._ledger.release(entry.name, spare_pid=worker.pid if spare else None)
         entry.worker, entry.state = None, ModelState.UNLOADED
         if reason == "evicted":
             entry.evictions += 1
-        returned = kept or self._ledger.returned(worker.pid)
+        returned = spare or self._ledger.returned(worker.pid)
         log.info(
             "model %s unloaded (%s): worker %d %s, %.0f MiB %s", entry.name, reason, worker.pid,
-            "kept as the spare" if kept else "exited", freed / 2**20, "returned" if returned else "NOT yet returned",
+            "the spare now" if spare else "exited", freed / 2**20, "returned" if returned else "NOT yet returned",
         )
         self._events.model_unloaded(entry.name, reason)
         self._notify_capacity()
