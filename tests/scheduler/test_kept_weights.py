@@ -14,7 +14,16 @@ from orchestrator.scheduler.ledger import DeviceReading, HostProbe
 from orchestrator.supervisor.keeper import WeightKeeper
 from tests.fakes.clock import run_virtual, until
 from tests.fakes.workers import FakeDevice, FakeWorkers
-from tests.scheduler.harness import GIB, KV_BYTES, RecordedEvents, advance, catalogue, model, served, server_config
+from tests.scheduler.harness import (
+    GIB,
+    KV_BYTES,
+    RecordedEvents,
+    advance,
+    catalogue,
+    model,
+    served,
+    server_config,
+)
 
 MIB = 2**20
 MODEL_MIB = 4  # 3 MiB of weights, 1 MiB of KV cache
@@ -95,7 +104,7 @@ def test_kept_weights_beyond_their_budget_go_least_recently_used_first(tmp_path)
             await advance(1)
             await served(scheduler, workers, name)  # evicts the one before, whose weights are then kept
             if before is not None:
-                await until(lambda: before in kept(scheduler), f"{before}'s weights kept")
+                await until(lambda evicted=before: evicted in kept(scheduler), f"{before}'s weights kept")
             seen.append(sorted(kept(scheduler)))
         return seen, scheduler.memory().kept_weights_budget_bytes
 
