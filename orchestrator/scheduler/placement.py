@@ -295,7 +295,8 @@ class ModelPlacement:
         manifest = entry.engine.manifest
         files = [entry.engine.folder / name for name in weight_files(manifest)]
         async with self._planning:
-            if not self._keeping or entry.state is not ModelState.UNLOADED or self._ledger.kept_bytes(entry.name):
+            if (not self._keeping or not self._ledger.kept_budget or entry.state is not ModelState.UNLOADED
+                    or self._ledger.kept_bytes(entry.name)):
                 return
             try:  # a sim engine has no weight files: its simulated weights are counted
                 nbytes = sum(path.stat().st_size for path in files) if files else manifest.weights_bytes
