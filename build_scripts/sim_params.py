@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from build_scripts.catalogue import RecipeError
 from build_scripts.spec import BuildOptions, BuildSpec
 from orchestrator.backends.sim import memory
-from orchestrator.backends.sim.spec import SimSpec
+from orchestrator.backends.sim.spec import INIT_S, SimSpec
 from orchestrator.backends.sim.step_time import (
     REFERENCE_PARAMETERS,
     REFERENCE_SHAPE,
@@ -27,16 +27,17 @@ from orchestrator.engine.gpus import DEFAULT_GPU, SimGpu, find_gpu
 from orchestrator.engine.manifest import Limits
 
 NATURAL_LENGTH = 256  # mean answer length of requests that may end on an end token [I]
-LOAD_FIXED_S = 2.0  # starting the engine: CUDA context, allocations [I]
-LOAD_BYTES_S = 2e9  # reading the engine's weights from a warm page cache to the GPU [I]
+LOAD_BYTES_S = 2e9  # reading the engine's weights from disk to the GPU [I]
 
 STEP = ("a_ms", "b_ms", "c_ms_per_mtok", "e_tok_per_ms", "q_ms_per_tok2")
 LIMITS = ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens")
-# NAME -> its type. Step time, load_s, natural_length, kv_tokens and runtime_overhead_bytes go to sim.json;
+# NAME -> its type. Step time, load_s, init_s, host_link_bytes_s, natural_length, kv_tokens and runtime_overhead_bytes go to sim.json;
 # weights_bytes, kv_cache_bytes (the default budget), tokens_per_block and the limits to engine.json.
 PARAMETERS: dict[str, type] = {
     **dict.fromkeys(STEP, float),
     "load_s": float,
+    "init_s": float,
+    "host_link_bytes_s": float,
     "natural_length": int,
     "kv_tokens": int,
     "runtime_overhead_bytes": int,
@@ -46,11 +47,11 @@ PARAMETERS: dict[str, type] = {
     **dict.fromkeys(LIMITS, int),
 }
 PARAMETERS_HELP = (
-    f"the step time ({', '.join(STEP)}); load_s, natural_length, kv_tokens (KV capacity override), "
+    f"the step time ({', '.join(STEP)}); load_s, init_s, host_link_bytes_s (per GPU), natural_length, kv_tokens (KV capacity override), "
     f"runtime_overhead_bytes, weights_bytes, kv_cache_bytes (default KV budget), tokens_per_block; the limits "
     f"({', '.join(LIMITS)}). See docs/simulation.md"
 )
-POSITIVE = {"e_tok_per_ms", "natural_length", "kv_tokens", "tokens_per_block", *LIMITS}
+POSITIVE = {"e_tok_per_ms", "host_link_bytes_s", "natural_length", "kv_tokens", "tokens_per_block", *LIMITS}
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,9 @@ def sim_build(spec: BuildSpec, options: BuildOptions) -> SimBuild:
         calibrated=calibrated,
         runtime_overhead_bytes=overhead,
         kv_tokens=params.get("kv_tokens"),
-        load_s=params.get("load_s", LOAD_FIXED_S + weights / LOAD_BYTES_S),
+        load_s=params.get("load_s", INIT_S + weights / LOAD_BYTES_S),
+        init_s=params.get("init_s", INIT_S),
+        host_link_bytes_s=params.get("host_link_bytes_s", gpu.host_link_bytes_s),
         natural_length=params.get("natural_length", NATURAL_LENGTH),
     )
     return SimBuild(

@@ -93,6 +93,12 @@ class MemoryConfig(_Section):
         None, ge=0, description="host RAM held back from host KV tiers, for the system, the server and its workers "
         "(default: a quarter of host_capacity_bytes)",
     )
+    kept_weights_bytes: int | None = Field(
+        None, ge=0, description="host RAM that keeps unloaded models' weights (pinned where the server may), so "
+        "that loading one again reads no disk; dropped, least recently used first, before any loaded model is "
+        "evicted (default: half of host_capacity_bytes less host_reserve_bytes; on the CPU, half of the device's "
+        "capacity less its reserve; 0 keeps none)",
+    )
 
 
 class StructuredConfig(_Section):

@@ -76,6 +76,7 @@ class BackendSettings:
     manifest: EngineManifest
     kv_cache_bytes: int  # the budget the memory ledger assigned, in bytes
     options: BackendOptions | None = None
+    weights_kept: bool = False  # the server kept the weights in host RAM since the model's last unload (LoadSpec)
 
     def __post_init__(self) -> None:
         backend = self.manifest.backend

@@ -192,6 +192,15 @@ def required_files(manifest: EngineManifest) -> list[str]:
     return files
 
 
+def weight_files(manifest: EngineManifest) -> list[str]:
+    """The files the backend reads its weights from (what host RAM keeps for a model's next load): the GGUF file for
+    llama.cpp, the safetensors file for transformers, each rank's engine for TensorRT-LLM; none for a sim engine,
+    whose weights are simulated."""
+    if manifest.engine_format == "sim-config":
+        return []
+    return [name for name in required_files(manifest) if name.endswith((".gguf", ".safetensors", ".engine"))]
+
+
 def _recorded_rebuild(folder: Path, raw) -> str | None:
     """The rebuild command a readable manifest recorded, if it was built under this folder's name."""
     if not isinstance(raw, dict) or raw.get("name") != folder.name or not isinstance(raw.get("build"), dict):

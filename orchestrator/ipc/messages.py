@@ -7,7 +7,7 @@ for a frame that is not exactly that message: a missing or unknown field, or a v
 
     kind      direction          message       fields
     idle      worker -> server   Idle          pid                      a fresh worker, its runtimes imported
-    load      server -> worker   LoadSpec      engine_dir, kv_cache_bytes, backend, options
+    load      server -> worker   LoadSpec      engine_dir, kv_cache_bytes, backend, options, weights_kept
     ready     worker -> server   WorkerReady   pid, rss_bytes, load (LoadReport's fields)
     failed    worker -> server   LoadFailed    error (errors.to_wire)   the load failed; the worker exits
     submit    server -> worker   Submit        request (EngineRequest.to_wire)
@@ -117,28 +117,33 @@ class Idle:
 
 @dataclass(frozen=True, slots=True)
 class LoadSpec:
-    """What to load: the engine folder, the KV cache budget the memory ledger assigned, and the option section
-    of the engine's backend (backends/options.py); on the wire the section's backend and fields."""
+    """What to load: the engine folder, the KV cache budget the memory ledger assigned, the option section of the
+    engine's backend (backends/options.py; on the wire the section's backend and fields), and whether the server
+    kept the model's weights in host RAM since its last unload (placement knows; a sim engine loads faster then).
+    A frame without `weights_kept` means False."""
 
     KIND: ClassVar[FrameKind] = FrameKind.LOAD
     engine_dir: str
     kv_cache_bytes: int
     options: BackendOptions
+    weights_kept: bool = False
 
     def to_wire(self) -> dict:
         return {"kind": self.KIND, "engine_dir": self.engine_dir, "kv_cache_bytes": self.kv_cache_bytes,
-                "backend": self.options.backend, "options": self.options.model_dump()}
+                "backend": self.options.backend, "options": self.options.model_dump(),
+                "weights_kept": self.weights_kept}
 
     @classmethod
     def from_wire(cls, frame: dict) -> LoadSpec:
         _framed(cls.KIND, frame)
-        expected = {"engine_dir": (str,), "kv_cache_bytes": (int,), "backend": (str,), "options": (dict,)}
+        expected = {"engine_dir": (str,), "kv_cache_bytes": (int,), "backend": (str,), "options": (dict,),
+                    "weights_kept": (bool, type(None))}
         data = _checked(frame, cls.KIND, expected)
         try:
             options = parse_options(data["backend"], data["options"])
         except InfernoError as exc:
             raise MalformedFrame(f"a 'load' frame's options: {exc.message}") from None
-        return cls(data["engine_dir"], data["kv_cache_bytes"], options)
+        return cls(data["engine_dir"], data["kv_cache_bytes"], options, bool(data.get("weights_kept")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,11 @@ def model_families(models: list[ModelSnapshot]) -> list[Metric]:
         "admitted top_logprobs requests hold of it.",
         labels=["model", "kind"],
     )
+    kept = GaugeMetricFamily(
+        "inferno_kept_weights_bytes",
+        "Host RAM holding the model's weights while it is unloaded, for its next load (0: not kept).",
+        labels=["model"],
+    )
     failures = CounterMetricFamily(
         "inferno_model_load_failures", "Model loads that failed since the server started.", labels=["model"]
     )
@@ -54,10 +59,11 @@ def model_families(models: list[ModelSnapshot]) -> list[Metric]:
         memory.add_metric([model.name], model.memory_bytes)
         idle.add_metric([model.name], model.idle_seconds)
         failures.add_metric([model.name], model.load_failures)
+        kept.add_metric([model.name], model.kept_weights.bytes if model.kept_weights is not None else 0)
         if model.generation_logits_pool is not None:
             pool.add_metric([model.name, "size"], model.generation_logits_pool.size_bytes)
             pool.add_metric([model.name, "used"], model.generation_logits_pool.used_bytes)
-    return [running, waiting, state, info, memory, idle, pool, failures]
+    return [running, waiting, state, info, memory, idle, pool, kept, failures]
 
 
 def device_families(devices: list[DeviceMemory]) -> list[Metric]:

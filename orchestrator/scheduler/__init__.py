@@ -7,10 +7,10 @@ it gives for metrics and the admin API, and the few settings types a request car
 """
 
 from orchestrator.scheduler.fairness import Tenant
-from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot
+from orchestrator.scheduler.observe import DeviceMemory, KeptSnapshot, ModelSnapshot
 from orchestrator.scheduler.scheduler import FAREWELL_S, LedgerState, ModelView, Scheduler
 from orchestrator.scheduler.settings import Priority, SettingsError, request_priority
 from orchestrator.scheduler.sim_device import MixedEngines
 
-__all__ = ["FAREWELL_S", "DeviceMemory", "LedgerState", "MixedEngines", "ModelSnapshot", "ModelView", "Priority",
+__all__ = ["FAREWELL_S", "DeviceMemory", "KeptSnapshot", "LedgerState", "MixedEngines", "ModelSnapshot", "ModelView", "Priority",
            "Scheduler", "SettingsError", "Tenant", "request_priority"]

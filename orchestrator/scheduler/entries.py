@@ -14,7 +14,7 @@ from orchestrator.engine.catalogue import Catalogue, Engine
 from orchestrator.engine.logits import engine_vocab_size, logits_pool
 from orchestrator.lifecycle import InferenceRequest
 from orchestrator.scheduler.fairness import ANONYMOUS_TENANT, KeyShares, Metered, Tenant
-from orchestrator.scheduler.observe import ModelSnapshot, PoolSnapshot
+from orchestrator.scheduler.observe import KeptSnapshot, ModelSnapshot, PoolSnapshot
 from orchestrator.scheduler.policy import KeyLoad, ModelLoad
 from orchestrator.scheduler.settings import ModelSettings, Priority, load_model_settings
 from orchestrator.supervisor.handle import WorkerHandle
@@ -161,7 +161,7 @@ class ModelEntry:
         """Seconds until the next load may be tried (0: now)."""
         return max(0.0, self.retry_at - now)
 
-    def snapshot(self, memory_bytes: int, now: float) -> ModelSnapshot:
+    def snapshot(self, memory_bytes: int, now: float, kept: KeptSnapshot | None = None) -> ModelSnapshot:
         ready = self.state is ModelState.READY
         return ModelSnapshot(
             name=self.name,
@@ -180,6 +180,7 @@ class ModelEntry:
             pid=self.worker.pid if self.worker else None,
             retry_in_s=round(self.retry_in(now), 3) if self.state is ModelState.FAILED else None,
             generation_logits_pool=self._pool_snapshot(),
+            kept_weights=kept,
         )
 
     def _pool_snapshot(self) -> PoolSnapshot | None:

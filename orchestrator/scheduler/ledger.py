@@ -12,6 +12,12 @@ loaded, and loads are refused beyond the host's capacity less its
 reserve as they are beyond the device's. It is the setting's value, never measured (a pinned pool is allocated
 whole at load; llama.cpp's RAM cache grows to its budget). Where the device is the host itself (models served on
 the CPU), the host tier is part of the device's memory and counted there.
+
+Kept weights are a third kind of holding: an unloaded model's weight files held in host RAM for its next load
+(supervisor/keeper.py), counted apart from loaded models and host tiers, within a budget of their own
+(`memory.kept_weights_bytes`), in the host's RAM (on the device where the device is the host). Placement drops them
+before it evicts any loaded model (`policy.plan_load`), and a model that loads again stops being kept: its load uses
+them.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Protocol, runtime_checkable
 
 import psutil
 
-from orchestrator.scheduler.policy import Memory
+from orchestrator.scheduler.policy import KeptWeights, Memory
 from orchestrator.visible_gpus import visible_handles
 
 log = logging.getLogger(__name__)
@@ -119,10 +125,17 @@ class _Entry:
     host: int = 0  # pinned host RAM (the model's host KV tier and generation logits pool)
 
 
+@dataclass
+class _Kept:
+    bytes: int
+    last_used: float  # the model's, for least recently used first
+
+
 class MemoryLedger:
     def __init__(
         self, probe: DeviceProbe, capacity_bytes: int | None, reserve_bytes: int | None,
         host_capacity_bytes: int | None = None, host_reserve_bytes: int | None = None,
+        kept_budget_bytes: int | None = None,
     ):
         self.probe = probe
         reading = probe.read()
@@ -135,6 +148,10 @@ class MemoryLedger:
         self.host_reserve = host_reserve_bytes if host_reserve_bytes is not None else self.host_capacity // 4
         self._entries: dict[str, _Entry] = {}
         self._measured: dict[str, int] = {}  # the last measurement of each model, for its next load
+        self._kept: dict[str, _Kept] = {}
+        # Kept weights' budget: by default half of the host RAM the ledger offers (of the device's, on the host).
+        self.kept_budget = kept_budget_bytes if kept_budget_bytes is not None else (
+            self.usable if self.host_on_device else self.host_usable) // 2
 
     @property
     def usable(self) -> int:
@@ -146,11 +163,16 @@ class MemoryLedger:
 
     @property
     def used(self) -> int:
-        return sum(e.footprint + (e.host if self.host_on_device else 0) for e in self._entries.values())
+        models = sum(e.footprint + (e.host if self.host_on_device else 0) for e in self._entries.values())
+        return models + (self.kept_used if self.host_on_device else 0)
 
     @property
     def host_used(self) -> int:
-        return 0 if self.host_on_device else sum(e.host for e in self._entries.values())
+        return 0 if self.host_on_device else sum(e.host for e in self._entries.values()) + self.kept_used
+
+    @property
+    def kept_used(self) -> int:
+        return sum(k.bytes for k in self._kept.values())
 
     def footprint(self, model: str) -> int:
         entry = self._entries.get(model)
@@ -182,12 +204,34 @@ class MemoryLedger:
         """What a load needs, as placement weighs it (the host tier on the device where the device is the host)."""
         return Memory(device_bytes + host_bytes, 0) if self.host_on_device else Memory(device_bytes, host_bytes)
 
+    # -- kept weights ---------------------------------------------------------------------------------------
+    def kept_need(self, nbytes: int) -> Memory:
+        """Where `nbytes` of kept weights count: on the device where it is the host, else in host RAM."""
+        return Memory(nbytes, 0) if self.host_on_device else Memory(0, nbytes)
+
+    def kept_weights(self, except_model: str | None = None) -> list[KeptWeights]:
+        return [KeptWeights(name, self.kept_need(k.bytes), k.last_used)
+                for name, k in self._kept.items() if name != except_model]
+
+    def kept_bytes(self, model: str) -> int:
+        kept = self._kept.get(model)
+        return 0 if kept is None else kept.bytes
+
+    def keep(self, model: str, nbytes: int, last_used: float) -> None:
+        self._kept[model] = _Kept(nbytes, last_used)
+
+    def drop(self, model: str) -> bool:
+        """The model's weights are no longer kept; True when they were."""
+        return self._kept.pop(model, None) is not None
+
     def estimate(self, model: str, weights_bytes: int, kv_bytes: int, overhead_bytes: int) -> int:
         return self._measured.get(model, weights_bytes + kv_bytes + overhead_bytes)
 
-    def reserve_for(self, model: str, estimate: int, host_bytes: int = 0) -> None:
-        """Hold `estimate` bytes of the device and `host_bytes` of pinned host RAM for a model about to load."""
+    def reserve_for(self, model: str, estimate: int, host_bytes: int = 0) -> bool:
+        """Hold `estimate` bytes of the device and `host_bytes` of pinned host RAM for a model about to load. Its kept
+        weights, if any, stop counting as such (its load uses them); True when there were."""
         self._entries[model] = _Entry(estimate, measured=False, host=host_bytes)
+        return self.drop(model)
 
     def commit(self, model: str, pid: int, fallback: int | None = None, device_bytes: int | None = None) -> int:
         """After a load: measure the worker and make that the model's footprint. `device_bytes`, what the worker
@@ -205,12 +249,12 @@ class MemoryLedger:
             self._measured[model] = measured
         return entry.footprint
 
-    def release(self, model: str, kept_pid: int | None = None) -> None:
-        """The model is unloaded. `kept_pid`: its worker lives on as a spare, its engine's memory given back
+    def release(self, model: str, spare_pid: int | None = None) -> None:
+        """The model is unloaded. `spare_pid`: its worker lives on as a spare, its engine's memory given back
         (it said so, with its resident memory checked): a simulated device no longer counts it."""
         self._entries.pop(model, None)
-        if kept_pid is not None and isinstance(self.probe, ReportedDevice):
-            self.probe.hold(kept_pid, 0)
+        if spare_pid is not None and isinstance(self.probe, ReportedDevice):
+            self.probe.hold(spare_pid, 0)
 
     def returned(self, pid: int) -> bool:
         """After an unload: the worker's memory is back (its process tree holds nothing on the device)."""

@@ -19,6 +19,15 @@ class PoolSnapshot:
 
 
 @dataclass(frozen=True)
+class KeptSnapshot:
+    """An unloaded model's weights kept in host RAM for its next load (supervisor/keeper.py)."""
+
+    bytes: int  # as the memory ledger counts them
+    pinned: bool  # locked in RAM (mlock); False: mapped, and the kernel may drop them under pressure
+    since: float  # when they were kept (Unix time)
+
+
+@dataclass(frozen=True)
 class ModelSnapshot:
     name: str
     backend: str
@@ -36,6 +45,7 @@ class ModelSnapshot:
     pid: int | None = None  # the worker process, while one is assigned
     retry_in_s: float | None = None  # while failed: seconds until the next load may be tried
     generation_logits_pool: PoolSnapshot | None = None  # None: the model has none
+    kept_weights: KeptSnapshot | None = None  # None: its weights are not kept
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,10 @@ One load per model, shared by every request waiting for it; room made by evictin
 recently used first) or by waiting for busy ones to go idle, as `policy.plan_load` decides; unloads
 (evicted, idle past keep-alive, by hand, at shutdown). Crashes and failed loads, with their backoff, are
 recovery.py's. Workers come from the `WorkerSource` it is given; it never starts a process itself.
+
+An unloaded model's weights are kept in host RAM (the `WeightKeeper` it is given) where `policy.plan_keep` allows,
+once the load that evicted it has its room; they are the first thing a load drops, and the model's own next load
+uses them (its load message says so: `LoadSpec.weights_kept`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Callable
 
 from orchestrator.backends.options import options_for, prompt_cache_budget
 from orchestrator.config import ServerConfig
+from orchestrator.engine.manifest import weight_files
 from orchestrator.errors import InfernoError, ModelUnavailable
 from orchestrator.ipc.messages import LoadSpec
 from orchestrator.scheduler import policy
@@ -22,9 +27,10 @@ from orchestrator.scheduler.admission import RETRY_AFTER_BUSY_S
 from orchestrator.scheduler.entries import ModelEntry, ModelState
 from orchestrator.scheduler.ledger import MemoryLedger
 from orchestrator.scheduler.observe import SchedulerEvents
-from orchestrator.scheduler.policy import Memory, Placement, Resident
+from orchestrator.scheduler.policy import KeptWeights, LoadPlan, Memory, Placement, Resident
 from orchestrator.scheduler.recovery import Recovery
 from orchestrator.supervisor.handle import WorkerHandle, WorkerSource
+from orchestrator.supervisor.keeper import WeightKeeper
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +50,12 @@ class ModelPlacement:
         workers: WorkerSource,
         events: SchedulerEvents,
         clock: Callable[[], float],
+        keeper: WeightKeeper,
     ):
         self._entries = entries
+        self._keeper = keeper
+        self._keeping = True  # False once the server stops: nothing more is kept
+        self._tasks: set[asyncio.Task] = set()  # keeps and drops running in the background
         self._config = config
         self._ledger = ledger
         self._workers = workers
@@ -126,12 +136,12 @@ class ModelPlacement:
             await entry.unload_task  # an eviction of this model is finishing: load it afresh after
         self.recovery.check_backoff(entry)
         entry.cancel_retry_timer()  # this is the retry
-        await self._make_room(entry, self.estimate(entry), self.host_bytes(entry))
+        weights_kept = await self._make_room(entry, self.estimate(entry), self.host_bytes(entry))
         entry.state = ModelState.LOADING
         started = self._clock()
         worker = await self._workers.take(entry.name, self.recovery.worker_exited)
         try:
-            ready = await worker.start(self._load_spec(entry), self._config.worker.load_timeout_s)
+            ready = await worker.start(self._load_spec(entry, weights_kept), self._config.worker.load_timeout_s)
         except InfernoError as exc:
             self.recovery.failed(entry, exc.message, load=True)
             self._workers.load_finished(succeeded=False)
@@ -140,6 +150,8 @@ class ModelPlacement:
             if exc.retry_after_s is None:
                 exc.retry_after_s = self.recovery.retry_after_s(entry)
             raise exc
+        finally:
+            self._background(self._keeper.drop(entry.name), f"unkeep-{entry.name}")  # the load has its pages now
         self._ledger.commit(entry.name, ready.pid, fallback=ready.rss_bytes, device_bytes=ready.load.device_bytes)
         entry.worker, entry.state, entry.last_error = worker, ModelState.READY, None
         entry.loads += 1
@@ -150,9 +162,9 @@ class ModelPlacement:
         if entry.idle:
             self.model_idle(entry)
 
-    def _load_spec(self, entry: ModelEntry) -> LoadSpec:
-        """The engine folder, its budget, and its backend's option section from the server's worker settings
-        and the model's own (generation_logits, its host KV tier, retain_system_prompt)."""
+    def _load_spec(self, entry: ModelEntry, weights_kept: bool) -> LoadSpec:
+        """The engine folder, its budget, its backend's option section from the server's worker settings and the
+        model's own (generation_logits, its host KV tier, retain_system_prompt), and whether its weights were kept."""
         manifest = entry.engine.manifest
         own = {
             "generation_logits": manifest.generation_logits,  # the model's setting over the manifest's
@@ -160,26 +172,28 @@ class ModelPlacement:
             "retain_system_prompt": entry.settings.retain_system_prompt,
         }
         options = options_for(manifest.backend, {**self._config.worker.model_dump(), **own})
-        return LoadSpec(str(entry.engine.folder.resolve()), self._kv_bytes(entry), options)
+        return LoadSpec(str(entry.engine.folder.resolve()), self._kv_bytes(entry), options, weights_kept)
 
-    async def _make_room(self, entry: ModelEntry, estimate: int, host: int) -> None:
-        """Reserve `estimate` bytes of the device and `host` of pinned host RAM for the entry, evicting idle models
-        or waiting for busy ones to go idle (within the queue timeout); raises ModelUnavailable when it cannot."""
+    async def _make_room(self, entry: ModelEntry, estimate: int, host: int) -> bool:
+        """Reserve `estimate` bytes of the device and `host` of pinned host RAM for the entry, dropping kept weights,
+        evicting idle models or waiting for busy ones to go idle (within the queue timeout); raises ModelUnavailable
+        when it cannot. True when the model's own weights were kept (its load uses them)."""
         need = self._ledger.need(estimate, host)
         deadline = self._clock() + self._config.scheduling.queue_timeout_s
         while True:
             async with self._planning:  # held until the room made is reserved: no other load takes it
-                plan = policy.plan_load(need, self._ledger.room(), self._ledger.usable_memory(), self._residents())
-                while plan.placement is Placement.EVICT:
-                    log.info("evicting %s to load %s", ", ".join(plan.evict), entry.name)
-                    # Each victim stops taking requests now, in this turn of the loop, as the plan saw it idle.
-                    await asyncio.gather(*(self.start_unload(self._entries[n], "evicted") for n in plan.evict))
-                    plan = policy.plan_load(need, self._ledger.room(), self._ledger.usable_memory(),
-                                            self._residents())
+                plan = self._plan(entry, need)
+                while plan.drop or plan.placement is Placement.EVICT:
+                    await self._drop_kept(plan.drop, f"to load {entry.name}")
+                    if plan.placement is Placement.EVICT:
+                        log.info("evicting %s to load %s", ", ".join(plan.evict), entry.name)
+                        # Each victim stops taking requests now, in this turn of the loop, as the plan saw it idle.
+                        await asyncio.gather(*(self.start_unload(self._entries[n], "evicted") for n in plan.evict))
+                    plan = self._plan(entry, need)
                 if plan.placement is Placement.LOAD:
-                    self._ledger.reserve_for(entry.name, estimate, host)
+                    weights_kept = self._ledger.reserve_for(entry.name, estimate, host)
                     entry.state = ModelState.LOADING
-                    return
+                    return weights_kept
                 capacity = self._capacity
             remaining = deadline - self._clock()
             if plan.placement is not Placement.WAIT or remaining <= 0:
@@ -193,6 +207,12 @@ class ModelPlacement:
                     await asyncio.wait_for(capacity.wait(), remaining)
             finally:
                 entry.waiting_for_room = None
+
+    def _plan(self, entry: ModelEntry, need: Memory) -> LoadPlan:
+        """The plan for the entry's load now; its own kept weights count as room (its load uses them)."""
+        own = self._ledger.kept_need(self._ledger.kept_bytes(entry.name))
+        return policy.plan_load(need, self._ledger.room() + own, self._ledger.usable_memory(), self._residents(),
+                                self._ledger.kept_weights(except_model=entry.name))
 
     def _residents(self) -> list[Resident]:
         return [
@@ -247,21 +267,70 @@ class ModelPlacement:
     async def _finish_unload(self, entry: ModelEntry, worker: WorkerHandle | None, reason: str) -> None:
         if worker is None:
             return
-        kept = await self._workers.retire(worker, self._config.worker.stop_timeout_s, reuse=reason != "shutdown")
+        spare = await self._workers.retire(worker, self._config.worker.stop_timeout_s, reuse=reason != "shutdown")
         freed = self._ledger.footprint(entry.name)
-        self._ledger.release(entry.name, kept_pid=worker.pid if kept else None)
+        self._ledger.release(entry.name, spare_pid=worker.pid if spare else None)
         entry.worker, entry.state = None, ModelState.UNLOADED
         if reason == "evicted":
             entry.evictions += 1
-        returned = kept or self._ledger.returned(worker.pid)
+        returned = spare or self._ledger.returned(worker.pid)
         log.info(
             "model %s unloaded (%s): worker %d %s, %.0f MiB %s", entry.name, reason, worker.pid,
-            "kept as the spare" if kept else "exited", freed / 2**20, "returned" if returned else "NOT yet returned",
+            "the spare now" if spare else "exited", freed / 2**20, "returned" if returned else "NOT yet returned",
         )
         self._events.model_unloaded(entry.name, reason)
         self._notify_capacity()
+        if reason != "shutdown":
+            self._background(self._keep(entry), f"keep-{entry.name}")
 
     async def unload_all(self, reason: str) -> None:
         for entry in self._entries.values():
             entry.cancel_idle_timer()
         await asyncio.gather(*(self.unload(entry, reason) for entry in self._entries.values()))
+
+    # -- kept weights -------------------------------------------------------------------------------------
+    async def _keep(self, entry: ModelEntry) -> None:
+        """Keep an unloaded model's weights in host RAM where `policy.plan_keep` allows. It waits for the planning
+        lock, so the weights of a model evicted for a load are weighed once that load has reserved its room."""
+        manifest = entry.engine.manifest
+        files = [entry.engine.folder / name for name in weight_files(manifest)]
+        async with self._planning:
+            if (not self._keeping or not self._ledger.kept_budget or entry.state is not ModelState.UNLOADED
+                    or self._ledger.kept_bytes(entry.name)):
+                return
+            try:  # a sim engine has no weight files: its simulated weights are counted
+                nbytes = sum(path.stat().st_size for path in files) if files else manifest.weights_bytes
+            except OSError as exc:
+                log.warning("the weights of %s are not kept: %s", entry.name, exc)
+                return
+            weights = KeptWeights(entry.name, self._ledger.kept_need(nbytes), entry.last_used)
+            plan = policy.plan_keep(weights, self._ledger.kept_budget, self._ledger.kept_weights(), self._ledger.room())
+            if not plan.keep:
+                log.info("the weights of %s are not kept: %s", entry.name, plan.reason)
+                return
+            await self._drop_kept(plan.drop, f"to keep those of {entry.name}")
+            try:
+                self._keeper.keep(entry.name, files)
+            except OSError as exc:
+                log.warning("the weights of %s are not kept: %s", entry.name, exc)
+                return
+            self._ledger.keep(entry.name, nbytes, entry.last_used)
+            log.info("keeping the weights of %s in host RAM (%.0f MiB)", entry.name, nbytes / 2**20)
+
+    async def _drop_kept(self, names: tuple[str, ...], why: str) -> None:
+        for name in names:
+            if self._ledger.drop(name):
+                log.info("dropped the kept weights of %s %s", name, why)
+        await asyncio.gather(*(self._keeper.drop(name) for name in names))
+
+    def _background(self, work, name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drop_all_kept(self) -> None:
+        """At shutdown: keep nothing more, and let go of what is kept."""
+        self._keeping = False
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._drop_kept(tuple(name for name in self._entries if self._ledger.kept_bytes(name)), "at shutdown")
+        await self._keeper.close()

@@ -212,6 +212,15 @@ class Resident:
     last_used: float  # when it last finished a request (monotonic seconds)
 
 
+@dataclass(frozen=True)
+class KeptWeights:
+    """An unloaded model's weights kept in host RAM (on the device where the device is the host), for its next load."""
+
+    name: str
+    held: Memory
+    last_used: float  # when the model last finished a request (monotonic seconds)
+
+
 class Placement(Enum):
     LOAD = "load"  # it fits now
     EVICT = "evict"  # it fits once these idle models are unloaded
@@ -225,6 +234,7 @@ class LoadPlan:
     placement: Placement
     evict: tuple[str, ...] = ()
     reason: str = ""
+    drop: tuple[str, ...] = ()  # kept weights to drop first (LOAD and EVICT)
 
 
 def _gib(n: int) -> str:
@@ -241,31 +251,87 @@ def _short(need: Memory, room: Memory, device: str, host: str) -> str:
     return "; ".join(parts)
 
 
-def plan_load(need: Memory, free: Memory, usable: Memory, residents: list[Resident]) -> LoadPlan:
+def _helps(held: Memory, room: Memory, need: Memory) -> bool:
+    """Whether freeing `held` adds room where `room` is short of `need`."""
+    return (held.device > 0 and room.device < need.device) or (held.host > 0 and room.host < need.host)
+
+
+def _drops(need: Memory, free: Memory, kept: list[KeptWeights]) -> tuple[list[str], Memory]:
+    """Kept weights to drop for `need`, least recently used first, only where they free what is short."""
+    dropped, room = [], free
+    for weights in sorted(kept, key=lambda k: k.last_used):
+        if room.covers(need):
+            break
+        if _helps(weights.held, room, need):
+            dropped.append(weights.name)
+            room += weights.held
+    return dropped, room
+
+
+def plan_load(need: Memory, free: Memory, usable: Memory, residents: list[Resident],
+              kept: list[KeptWeights] = ()) -> LoadPlan:
     """How to make room for a model needing `need`, given `free` now out of the `usable` memory (capacity minus
-    reserve, on the device and in pinned host RAM): evict idle unpinned models, least recently used first, until
-    both fit. Host RAM is refused as device memory is: never over-committed."""
+    reserve, on the device and in pinned host RAM): first drop kept weights, least recently used first, then evict idle
+    unpinned models, least recently used first, until both fit. Kept weights never stop a load: they go before any
+    loaded model does, and count as room when deciding to wait. `kept` leaves out the loading model's own (its load
+    uses them: `free` counts them). Host RAM is refused as device memory is: never over-committed."""
     if not usable.covers(need):
         short = _short(need, usable, "the device offers", "the host offers")
         return LoadPlan(Placement.IMPOSSIBLE, reason=f"it needs {short}")
     if free.covers(need):
         return LoadPlan(Placement.LOAD)
+    dropped, room = _drops(need, free, kept)
+    if room.covers(need):
+        return LoadPlan(Placement.LOAD, drop=tuple(dropped),
+                        reason=f"dropping the kept weights of {', '.join(dropped)} makes room")
     chosen: list[str] = []
-    room = free
     for resident in sorted((r for r in residents if r.idle and not r.pinned), key=lambda r: r.last_used):
         chosen.append(resident.name)
         room += resident.footprint
         if room.covers(need):
-            return LoadPlan(Placement.EVICT, tuple(chosen))
+            return LoadPlan(Placement.EVICT, tuple(chosen), drop=tuple(dropped))
+    freeable = free + sum((k.held for k in kept), Memory(0))
     unpinned = sum((r.footprint for r in residents if not r.pinned), Memory(0))
-    if (free + unpinned).covers(need):
+    if (freeable + unpinned).covers(need):
         busy = sorted(r.name for r in residents if not r.pinned and not r.idle)
         return LoadPlan(Placement.WAIT, reason=f"busy models hold the memory it needs: {', '.join(busy)}")
     names = ", ".join(sorted(r.name for r in residents if r.pinned))
     return LoadPlan(
         Placement.BLOCKED,
-        reason=f"it needs {_short(need, free + unpinned, f'pinned models ({names}) leave', 'they leave')}",
+        reason=f"it needs {_short(need, freeable + unpinned, f'pinned models ({names}) leave', 'they leave')}",
     )
+
+
+@dataclass(frozen=True)
+class KeepPlan:
+    """Whether an unloaded model's weights are kept, which kept weights make way for them, and why not."""
+
+    keep: bool
+    drop: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def _bytes(memory: Memory) -> int:
+    return memory.device + memory.host
+
+
+def plan_keep(weights: KeptWeights, budget: int, kept: list[KeptWeights], free: Memory) -> KeepPlan:
+    """Whether `weights` (a model just unloaded) may be kept: within the `budget` of bytes for kept weights and
+    within the memory `free` now (never room loaded or loading models hold), where dropping kept weights used no more
+    recently than it, least recently used first, makes room; else it is not kept."""
+    size = _bytes(weights.held)
+    if size > budget:
+        return KeepPlan(False, reason=f"its weights ({_gib(size)}) exceed the budget for kept weights ({_gib(budget)})")
+    spare, room, dropped = budget - sum(_bytes(k.held) for k in kept), free, []
+    for other in sorted((k for k in kept if k.last_used <= weights.last_used), key=lambda k: k.last_used):
+        if spare >= size and room.covers(weights.held):
+            break
+        dropped.append(other.name)
+        spare, room = spare + _bytes(other.held), room + other.held
+    if spare >= size and room.covers(weights.held):
+        return KeepPlan(True, tuple(dropped))
+    return KeepPlan(False, reason=f"its weights ({_gib(size)}) fit neither the budget left for kept weights nor the "
+                                  f"free memory, once kept weights used less recently are dropped")
 
 
 # -- failures and idleness --------------------------------------------------------------------------------------

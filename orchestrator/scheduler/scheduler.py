@@ -41,11 +41,18 @@ from orchestrator.scheduler.admission import RETRY_AFTER_SHUTDOWN_S, AdmissionCo
 from orchestrator.scheduler.entries import ModelEntry, ModelState, build_entries
 from orchestrator.scheduler.fairness import ANONYMOUS_TENANT, Tenant
 from orchestrator.scheduler.ledger import DeviceProbe, MemoryLedger, detect_probe
-from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot, NoEvents, SchedulerEvents
+from orchestrator.scheduler.observe import (
+    DeviceMemory,
+    KeptSnapshot,
+    ModelSnapshot,
+    NoEvents,
+    SchedulerEvents,
+)
 from orchestrator.scheduler.placement import ModelPlacement
 from orchestrator.scheduler.settings import ModelSettings, Priority
 from orchestrator.scheduler.sim_device import simulated_device
 from orchestrator.supervisor.handle import WorkerHandle, WorkerSource
+from orchestrator.supervisor.keeper import WeightKeeper
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +82,10 @@ class LedgerState:
     host_reserve_bytes: int
     host_used_bytes: int
     host_free_bytes: int
+    # Unloaded models' weights kept for their next load: what they hold (in host RAM, or on the device where it is
+    # the host; counted in the used bytes there too) and their budget
+    kept_weights_bytes: int
+    kept_weights_budget_bytes: int
 
 
 class Scheduler:
@@ -91,9 +102,10 @@ class Scheduler:
         events: SchedulerEvents | None = None,
         probe: DeviceProbe | None = None,
         clock: Callable[[], float] = time.monotonic,
+        keeper: WeightKeeper | None = None,
     ):
         """`clock`: monotonic seconds, for backoff, deadlines and idle times (tests give their event loop's
-        virtual clock)."""
+        virtual clock). `keeper` holds unloaded models' weights in host RAM (a WeightKeeper of its own by default)."""
         self._config = config
         self._catalogue = catalogue
         self._clock = clock
@@ -105,9 +117,12 @@ class Scheduler:
             memory.reserve_bytes,
             memory.host_capacity_bytes,
             memory.host_reserve_bytes,
+            memory.kept_weights_bytes,
         )
         self._workers = workers
-        self._placement = ModelPlacement(self._entries, config, self._ledger, workers, events or NoEvents(), clock)
+        self._keeper = keeper or WeightKeeper()
+        self._placement = ModelPlacement(self._entries, config, self._ledger, workers, events or NoEvents(), clock,
+                                         self._keeper)
         self._admission = AdmissionControl(
             self._entries,
             config.scheduling,
@@ -162,12 +177,21 @@ class Scheduler:
         """Drain (up to drain_timeout_s), then stop every worker."""
         await self.drain(drain_timeout_s)
         await self._placement.unload_all("shutdown")
+        await self._placement.drop_all_kept()
         await self._workers.close()
 
     # -- what the outside sees ----------------------------------------------------------------------------
     def snapshot(self) -> list[ModelSnapshot]:
         now = self._clock()
-        return [entry.snapshot(self._ledger.footprint(entry.name), now) for entry in self._entries.values()]
+        return [entry.snapshot(self._ledger.footprint(entry.name), now, self._kept(entry.name))
+                for entry in self._entries.values()]
+
+    def _kept(self, model: str) -> KeptSnapshot | None:
+        """The model's kept weights: the bytes the ledger counts, and whether the keeper has them pinned."""
+        nbytes, files = self._ledger.kept_bytes(model), self._keeper.kept(model)
+        if not nbytes or files is None:
+            return None
+        return KeptSnapshot(nbytes, files.pinned, files.since)
 
     def device_memory(self) -> list[DeviceMemory]:
         reading = self._ledger.probe.read()
@@ -194,7 +218,7 @@ class Scheduler:
         ledger = self._ledger
         host = (0, 0) if ledger.host_on_device else (ledger.host_capacity, ledger.host_reserve)
         return LedgerState(ledger.probe.name, ledger.capacity, ledger.reserve, ledger.used, ledger.free(), *host,
-                           ledger.host_used, ledger.host_free())
+                           ledger.host_used, ledger.host_free(), ledger.kept_used, ledger.kept_budget)
 
     @property
     def spare_worker(self) -> str:

@@ -260,7 +260,7 @@ async def _serve(channel: Channel, spec: LoadSpec) -> int:
     try:
         manifest = load_manifest(folder)
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        backend = create_backend(BackendSettings(folder, manifest, spec.kv_cache_bytes, spec.options))
+        backend = create_backend(BackendSettings(folder, manifest, spec.kv_cache_bytes, spec.options, spec.weights_kept))
         vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         worker = Worker(channel, backend, tokenizer, vocab_size, manifest.chat)
         report = await backend.start(worker)

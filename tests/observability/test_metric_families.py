@@ -23,7 +23,7 @@ from orchestrator.metrics.registry import new_registry
 from orchestrator.metrics.request_metrics import RequestMetrics
 from orchestrator.metrics.scheduler_events import SchedulerMetrics
 from orchestrator.metrics.scheduler_gauges import device_families, model_families
-from orchestrator.scheduler.observe import DeviceMemory, ModelSnapshot, SchedulerEvents
+from orchestrator.scheduler.observe import DeviceMemory, KeptSnapshot, ModelSnapshot, SchedulerEvents
 
 
 class Families:
@@ -63,10 +63,18 @@ def test_model_families_carry_each_snapshot():
     assert values[("inferno_requests_waiting", (("model", "b"),))] == 3
     assert values[("inferno_model_memory_bytes", (("model", "a"),))] == 7 * 2**30
     assert values[("inferno_model_load_failures_total", (("model", "a"),))] == 1
+    assert values[("inferno_kept_weights_bytes", (("model", "a"),))] == 0  # loaded: nothing kept
     assert values[("inferno_model_info", (("backend", "trtllm"), ("model", "b")))] == 1
     states_of_b = {labels[1][1]: v for (name, labels), v in values.items()
                    if name == "inferno_model_state" and labels[0] == ("model", "b")}
     assert states_of_b == {"unloaded": 0, "loading": 1, "ready": 0, "unloading": 0, "failed": 0}
+
+
+def test_kept_weights_show_per_model():
+    kept = KeptSnapshot(bytes=270 * 2**20, pinned=True, since=1.0)
+    values = rendered(model_families([snapshot("a", "unloaded", kept_weights=kept), snapshot("b", "ready")]))
+    assert values[("inferno_kept_weights_bytes", (("model", "a"),))] == 270 * 2**20
+    assert values[("inferno_kept_weights_bytes", (("model", "b"),))] == 0
 
 
 def test_a_state_the_metrics_do_not_know_yet_still_shows():

@@ -26,6 +26,10 @@ def test_the_default_build_simulates_an_h100_in_fp8_with_a_stand_in_tokenizer(si
     assert spec.step == CALIBRATED["fp8"] and spec.calibrated
     assert manifest.kv_cache.bytes_per_token == 65_536 and manifest.kv_cache.dtype == "fp8"
     assert manifest.weights_bytes == pytest.approx(9.08e9, abs=0.01e9)
+    # a cold load reads the weights from disk; a kept engine's come over the H100's host link after the runtime starts
+    assert (spec.init_s, spec.host_link_bytes_s) == (2.0, 55e9)
+    assert spec.load_s == pytest.approx(2.0 + manifest.weights_bytes / 2e9)
+    assert spec.load_seconds(manifest.weights_bytes, 55e9, 1, True) == pytest.approx(2.0 + manifest.weights_bytes / 55e9)
     assert 0.95e6 < manifest.kv_cache.default_budget_bytes / 65_536 < 1.05e6
     assert manifest.limits.max_batch_size == 64 and manifest.limits.max_seq_len == 32_768  # the recipe's
     assert manifest.model.recipe == "llama3.1-8b-instruct-sim" and manifest.parallel.tp_size == 1

@@ -80,3 +80,27 @@ class _Gpu:
 
     def process_bytes(self, pid: int) -> int | None:
         return None
+
+
+def test_kept_weights_are_host_ram_beside_a_gpu_within_their_budget():
+    """Kept weights are a third holding: apart from models and host tiers, in host RAM, half of what the ledger offers
+    of it by default; a model that loads again stops being kept."""
+    ledger = MemoryLedger(_Gpu(), 80 * GiB, 8 * GiB, host_capacity_bytes=64 * GiB, host_reserve_bytes=16 * GiB)
+    assert ledger.kept_budget == 24 * GiB
+    ledger.reserve_for("a", 20 * GiB, host_bytes=4 * GiB)
+    ledger.keep("b", 10 * GiB, last_used=1.0)
+    assert ledger.kept_need(10 * GiB) == Memory(0, 10 * GiB) and ledger.kept_weights()[0].held == Memory(0, 10 * GiB)
+    assert (ledger.used, ledger.host_used, ledger.kept_used) == (20 * GiB, 14 * GiB, 10 * GiB)
+    assert ledger.footprint("b") == 0 and ledger.held("b") == Memory(0)  # not a loaded model
+    assert ledger.reserve_for("b", 20 * GiB) is True  # its load uses them
+    assert ledger.kept_used == 0 and ledger.kept_weights() == [] and ledger.reserve_for("c", GiB) is False
+
+
+def test_kept_weights_count_on_the_device_when_the_device_is_the_host():
+    ledger = MemoryLedger(HostProbe(), capacity_bytes=1000 * MiB, reserve_bytes=0, kept_budget_bytes=300 * MiB)
+    ledger.reserve_for("a", 400 * MiB)
+    ledger.keep("b", 250 * MiB, last_used=0.0)
+    assert ledger.kept_need(250 * MiB) == Memory(250 * MiB, 0) and ledger.kept_budget == 300 * MiB
+    assert ledger.used == 650 * MiB and ledger.host_used == 0
+    assert ledger.drop("b") and not ledger.drop("b") and ledger.used == 400 * MiB
+    assert MemoryLedger(HostProbe(), capacity_bytes=1000 * MiB, reserve_bytes=100 * MiB).kept_budget == 450 * MiB

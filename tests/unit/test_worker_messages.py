@@ -91,6 +91,15 @@ def test_the_load_crosses_with_its_backends_option_section(default_engine):
         assert back == spec and type(back.options) is type(options)
 
 
+def test_the_load_says_whether_the_weights_were_kept(default_engine):
+    for kept in (True, False):
+        spec = LoadSpec(str(default_engine), 64 * 2**20, SimOptions(), weights_kept=kept)
+        assert decode_to_worker(crossed(spec.to_wire())).weights_kept is kept
+    frame = {key: value for key, value in LoadSpec(str(default_engine), 1, SimOptions(), True).to_wire().items()
+             if key != "weights_kept"}
+    assert decode_to_worker(crossed(frame)).weights_kept is False  # a frame without it: not kept
+
+
 def test_requests_cancels_stats_queries_and_shutdown_cross_unchanged(engine):
     schema = {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]}
     request = engine_request(

@@ -102,14 +102,17 @@ class SimBackend:
             retain_system_prompt=settings.options.retain_system_prompt,
         )
         self._stats = self._engine.stats()
-        await asyncio.sleep(self._spec.load_s / self._speedup)
+        facts = manifest.simulation
+        load_s = self._spec.load_seconds(manifest.weights_bytes, find_gpu(facts.gpu).host_link_bytes_s,
+                                         facts.gpu_count, settings.weights_kept)
+        await asyncio.sleep(load_s / self._speedup)
         self._outputs, self._loop = outputs, asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._thread.start()
-        facts = manifest.simulation
         log.info(
-            "simulated %s x%d (%s, speed-up %g): %d KV tokens in %d blocks, %d more blocks in host RAM",
-            facts.gpu, facts.gpu_count, facts.precision, self._speedup, self.kv_tokens, blocks, host_blocks,
+            "simulated %s x%d (%s, speed-up %g): loaded in %.3g s (weights %s), %d KV tokens in %d blocks, "
+            "%d more blocks in host RAM", facts.gpu, facts.gpu_count, facts.precision, self._speedup, load_s,
+            "kept in host RAM" if settings.weights_kept else "from disk", self.kv_tokens, blocks, host_blocks,
         )
         return LoadReport(
             device=f"sim:{facts.gpu}",
