@@ -191,6 +191,8 @@ class Context:
         self.n_vocab = lib.llama_vocab_n_tokens(model.vocab)
         self.batch = Batch(shape.n_batch)
         self.threads = shape.n_threads
+        self._logits_at = 0  # the address of llama.cpp's logits buffer when `_logits` was made over it
+        self._logits: np.ndarray | None = None
 
     def set_threads(self, threads: int) -> None:
         """The threads the next decodes run on (a setting of the context: nothing is started or stopped)."""
@@ -208,7 +210,13 @@ class Context:
         """The last decode's logits, one row per batch token that asked for them, in batch order: a view of
         llama.cpp's buffer (float32 [rows, n_vocab]), valid until the next decode."""
         pointer = self._lib.llama_get_logits(self.handle)
-        return np.ctypeslib.as_array(pointer, shape=(rows, self.n_vocab))
+        if rows > self.n_seq_max:  # more than one row per sequence: not a step of the engine loop
+            return np.ctypeslib.as_array(pointer, shape=(rows, self.n_vocab))
+        address = ctypes.cast(pointer, ctypes.c_void_p).value
+        if address != self._logits_at:  # llama.cpp (re)allocated it: room for at least one row per sequence
+            self._logits_at = address
+            self._logits = np.ctypeslib.as_array(pointer, shape=(self.n_seq_max, self.n_vocab))
+        return self._logits[:rows]
 
     def seq_truncate(self, seq: int, keep: int) -> bool:
         """Drop the sequence's cells from position `keep` on (keep=0 empties it)."""
