@@ -74,8 +74,18 @@ def test_a_slot_or_saved_state_of_another_cache_salt_is_never_reused():
 def test_decoding_sequences_come_first_and_prompts_fill_the_rest_in_chunks():
     plan = plan_step([("a", 1), ("b", 300), ("c", 1), ("d", 50)], n_batch=512, prefill_while_decoding=128)
     assert plan.decode == ("a", "c")
-    assert plan.prefill == (("b", 128),)  # while others decode a prompt takes at most 128 tokens a step
-    assert plan.tokens == 130
+    assert plan.prefill == (("b", 128), ("d", 50))  # while others decode a prompt takes at most 128 tokens a step
+    assert plan.tokens == 180
+
+
+def test_while_others_decode_prompts_together_take_at_most_one_pass():
+    """A burst of short prompts is computed in one step beside the decoding sequences, up to `n_ubatch` prompt
+    tokens; without decoding sequences the whole batch is theirs."""
+    burst = [("a", 1)] + [(f"p{i}", 40) for i in range(15)]
+    plan = plan_step(burst, n_batch=2048, prefill_while_decoding=128, n_ubatch=512)
+    assert plan.decode == ("a",)
+    assert [count for _, count in plan.prefill] == [40] * 12 + [32]
+    assert plan_step(burst[1:], n_batch=2048, prefill_while_decoding=128, n_ubatch=512).tokens == 600
 
 
 def test_without_decoding_sequences_prompts_take_the_whole_batch():

@@ -132,6 +132,7 @@ def requantize(source: Path, target: Path, file_type: str) -> None:
 class ContextShape:
     n_ctx: int  # KV cells in all
     n_batch: int  # tokens one llama_decode takes
+    n_ubatch: int  # tokens one pass over the weights computes (llama.cpp splits a decode into such passes)
     n_seq_max: int  # sequence slots
     n_threads: int  # the threads a step runs on until `Context.set_threads` says otherwise
     # True: one pool of `n_ctx` cells that every sequence draws from. False: each sequence slot has a stream of
@@ -173,7 +174,7 @@ class Context:
         params = lib.llama_context_default_params()
         params.n_ctx = shape.n_ctx
         params.n_batch = shape.n_batch
-        params.n_ubatch = shape.n_batch
+        params.n_ubatch = shape.n_ubatch
         params.n_seq_max = shape.n_seq_max
         params.n_threads = shape.n_threads
         params.n_threads_batch = shape.n_threads

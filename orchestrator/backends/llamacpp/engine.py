@@ -68,6 +68,7 @@ class Sequence:
 @dataclass(frozen=True)
 class EngineLimits:
     n_batch: int
+    n_ubatch: int  # tokens of one pass: the most prompt tokens a step takes while anything decodes
     max_seq_len: int  # prompt + output of one sequence: the manifest's, or less when a slot holds fewer cells
     prompt_cache_bytes: int
     threads: ThreadTuner  # how many threads each step runs on
@@ -257,7 +258,8 @@ class EngineLoop:
         """The step's plan, after making room for it (dropping cached prefixes, then preempting)."""
         while True:
             pending = [(rid, s.left) for rid, s in self._running.items()]
-            plan = plan_step(pending, self._limits.n_batch, self._limits.prefill_while_decoding)
+            plan = plan_step(pending, self._limits.n_batch, self._limits.prefill_while_decoding,
+                             self._limits.n_ubatch)
             if self._table.make_room(plan.tokens):
                 return plan
             if not self._preempt_newest():
