@@ -6,7 +6,7 @@ from __future__ import annotations
 from orchestrator.backends.llamacpp.backend import kv_layout
 from orchestrator.backends.llamacpp.cache import RamPromptCache, Slot, common_prefix, place, worth_saving
 from orchestrator.backends.llamacpp.step import plan_step
-from orchestrator.backends.llamacpp.threads import RETRY_EVERY, TRIES, ThreadTuner, size_class
+from orchestrator.backends.llamacpp.threads import RETRY_EVERY, TRIES, TRY_TOKENS, ThreadTuner, size_class
 
 
 def test_common_prefix():
@@ -123,6 +123,14 @@ def test_the_slower_count_is_timed_again_after_a_while_since_load_changes():
     run_steps(tuner, 1, {1: 0.007, 2: 0.070}, RETRY_EVERY - 1)
     later = run_steps(tuner, 1, {1: 0.090, 2: 0.010}, 2 * TRIES + 10)  # the machine got busier: now 2 wins
     assert 2 in later[:TRIES] and later[-10:] == [2] * 10
+
+
+def test_steps_too_large_to_try_run_on_the_best_count_known():
+    tuner = ThreadTuner.default(cores=2)
+    big = TRY_TOKENS + 1
+    assert run_steps(tuner, big, {1: 0.5, 2: 1.0}, 3) == [2, 2, 2]  # nothing timed on 1 thread: the most threads
+    run_steps(tuner, 40, {1: 0.5, 2: 1.0}, 2 * TRIES)  # the same class's smaller steps try both counts
+    assert run_steps(tuner, big, {1: 0.5, 2: 1.0}, 3) == [1, 1, 1]
 
 
 def test_size_classes_are_powers_of_two():
