@@ -38,12 +38,13 @@ def test_without_a_shared_prefix_the_least_recently_used_slot_is_taken():
     assert place((1, 2), "", slots, []).slot.seq == 1
 
 
-def test_with_a_stream_per_slot_ties_go_to_the_lowest_id_so_running_sequences_stay_consecutive():
+def test_among_equals_a_slot_beside_a_running_sequence_is_taken_so_running_ids_stay_consecutive():
     slots = [Slot(3, [1, 2, 9], last_used=7), Slot(5, [1, 2, 8], last_used=2), Slot(9, [1, 7], last_used=1)]
-    assert place((1, 2, 3, 4), "", slots, [], by_id=True).slot.seq == 3  # reuse 2 both: the lower id
-    assert place((1, 2, 3, 4), "", slots, []).slot.seq == 5  # one pool: the least recently used
-    placement = place((1, 2, 3, 4), "", slots, [(1, 2, 3, 9)], by_id=True)
-    assert placement.slot.seq == 3 and placement.restore == (1, 2, 3, 9)  # restored into the lowest id
+    assert place((1, 2, 3, 4), "", slots, [], running=frozenset({2})).slot.seq == 3  # reuse 2 both: beside 2
+    assert place((1, 2, 3, 4), "", slots, []).slot.seq == 5  # nothing beside: the least recently used
+    assert place((1, 2, 3, 4), "", slots, [], running=frozenset({10})).slot.seq == 5  # reuse comes first
+    placement = place((1, 2, 3, 4), "", slots, [(1, 2, 3, 9)], running=frozenset({10}))
+    assert placement.slot.seq == 9 and placement.restore == (1, 2, 3, 9)  # restored beside 10
 
 
 def test_only_new_and_long_enough_sequences_are_saved():

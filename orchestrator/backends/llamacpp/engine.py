@@ -218,7 +218,8 @@ class EngineLoop:
 
     def _place(self, sequence: Sequence, free: list[Slot]) -> None:
         tokens, salt = tuple(sequence.tokens), sequence.request.cache_salt
-        placement = place(tokens, salt, free, self._ram.keys(salt), by_id=not self._table.unified)
+        running = frozenset() if self._table.unified else frozenset(s.slot.seq for s in self._running.values())
+        placement = place(tokens, salt, free, self._ram.keys(salt), running)
         slot, reuse = placement.slot, placement.reuse
         if placement.restore is not None and not self._restore(slot, salt, placement.restore):
             slot, reuse = placement.slot, 0
