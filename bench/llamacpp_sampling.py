@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args(argv)
     model = Model(args.engine / "model.gguf")
-    context = Context(model, ContextShape(n_ctx=1024, n_batch=512, n_seq_max=args.rows, n_threads=1))
+    context = Context(model, ContextShape(n_ctx=1024, n_batch=512, n_ubatch=512, n_seq_max=args.rows, n_threads=1))
     decode_rows(context, args.rows)
     logits = context.logits(args.rows).copy()
     results = {}

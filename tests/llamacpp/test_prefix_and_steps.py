@@ -6,7 +6,7 @@ from __future__ import annotations
 from orchestrator.backends.llamacpp.backend import kv_layout
 from orchestrator.backends.llamacpp.cache import RamPromptCache, Slot, common_prefix, place, worth_saving
 from orchestrator.backends.llamacpp.step import plan_step
-from orchestrator.backends.llamacpp.threads import RETRY_EVERY, TRIES, ThreadTuner, size_class
+from orchestrator.backends.llamacpp.threads import RETRY_EVERY, TRIES, TRY_TOKENS, ThreadTuner, size_class
 
 
 def test_common_prefix():
@@ -36,6 +36,15 @@ def test_a_longer_saved_prefix_is_restored_into_the_least_recently_used_free_slo
 def test_without_a_shared_prefix_the_least_recently_used_slot_is_taken():
     slots = [Slot(0, [5], last_used=7), Slot(1, [6], last_used=2), Slot(2, [7], last_used=4)]
     assert place((1, 2), "", slots, []).slot.seq == 1
+
+
+def test_among_equals_a_slot_beside_a_running_sequence_is_taken_so_running_ids_stay_consecutive():
+    slots = [Slot(3, [1, 2, 9], last_used=7), Slot(5, [1, 2, 8], last_used=2), Slot(9, [1, 7], last_used=1)]
+    assert place((1, 2, 3, 4), "", slots, [], running=frozenset({2})).slot.seq == 3  # reuse 2 both: beside 2
+    assert place((1, 2, 3, 4), "", slots, []).slot.seq == 5  # nothing beside: the least recently used
+    assert place((1, 2, 3, 4), "", slots, [], running=frozenset({10})).slot.seq == 5  # reuse comes first
+    placement = place((1, 2, 3, 4), "", slots, [(1, 2, 3, 9)], running=frozenset({10}))
+    assert placement.slot.seq == 9 and placement.restore == (1, 2, 3, 9)  # restored beside 10
 
 
 def test_only_new_and_long_enough_sequences_are_saved():
@@ -74,8 +83,18 @@ def test_a_slot_or_saved_state_of_another_cache_salt_is_never_reused():
 def test_decoding_sequences_come_first_and_prompts_fill_the_rest_in_chunks():
     plan = plan_step([("a", 1), ("b", 300), ("c", 1), ("d", 50)], n_batch=512, prefill_while_decoding=128)
     assert plan.decode == ("a", "c")
-    assert plan.prefill == (("b", 128),)  # while others decode a prompt takes at most 128 tokens a step
-    assert plan.tokens == 130
+    assert plan.prefill == (("b", 128), ("d", 50))  # while others decode a prompt takes at most 128 tokens a step
+    assert plan.tokens == 180
+
+
+def test_while_others_decode_prompts_together_take_at_most_one_pass():
+    """A burst of short prompts is computed in one step beside the decoding sequences, up to `n_ubatch` prompt
+    tokens; without decoding sequences the whole batch is theirs."""
+    burst = [("a", 1)] + [(f"p{i}", 40) for i in range(15)]
+    plan = plan_step(burst, n_batch=2048, prefill_while_decoding=128, n_ubatch=512)
+    assert plan.decode == ("a",)
+    assert [count for _, count in plan.prefill] == [40] * 12 + [32]
+    assert plan_step(burst[1:], n_batch=2048, prefill_while_decoding=128, n_ubatch=512).tokens == 600
 
 
 def test_without_decoding_sequences_prompts_take_the_whole_batch():
@@ -113,6 +132,14 @@ def test_the_slower_count_is_timed_again_after_a_while_since_load_changes():
     run_steps(tuner, 1, {1: 0.007, 2: 0.070}, RETRY_EVERY - 1)
     later = run_steps(tuner, 1, {1: 0.090, 2: 0.010}, 2 * TRIES + 10)  # the machine got busier: now 2 wins
     assert 2 in later[:TRIES] and later[-10:] == [2] * 10
+
+
+def test_steps_too_large_to_try_run_on_the_best_count_known():
+    tuner = ThreadTuner.default(cores=2)
+    big = TRY_TOKENS + 1
+    assert run_steps(tuner, big, {1: 0.5, 2: 1.0}, 3) == [2, 2, 2]  # nothing timed on 1 thread: the most threads
+    run_steps(tuner, 40, {1: 0.5, 2: 1.0}, 2 * TRIES)  # the same class's smaller steps try both counts
+    assert run_steps(tuner, big, {1: 0.5, 2: 1.0}, 3) == [1, 1, 1]
 
 
 def test_size_classes_are_powers_of_two():

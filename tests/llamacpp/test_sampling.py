@@ -30,6 +30,24 @@ def test_greedy_takes_the_argmax_of_each_row():
     assert [c.token for c in choices] == [7, 11]
 
 
+def test_a_plain_greedy_batch_chooses_as_a_batch_that_needs_the_general_path():
+    """All rows greedy with nothing to adjust take one argmax over the matrix; the tokens are those each row gets
+    beside a row that needs adjusting, ties included (the lower id)."""
+    rows = logits(7, 11, 3)
+    rows[2, 9] = rows[2, 3]  # a tie: token 3 wins
+    plain = sample(rows.copy(), [sampler(), sampler(), sampler()])
+    mixed = sample(rows.copy(), [sampler(), sampler(), sampler(logprobs=True)])
+    assert [c.token for c in plain] == [c.token for c in mixed] == [7, 11, 3]
+    assert all(c.logprob is None and c.error is None for c in plain)
+
+
+def test_a_plain_greedy_row_with_no_finite_logit_fails_alone():
+    rows = logits(7, 11)
+    rows[0] = np.nan
+    choices = sample(rows, [sampler(), sampler()])
+    assert choices[0].error and choices[1].token == 11 and choices[1].error is None
+
+
 def test_logit_bias_forces_and_forbids_tokens():
     forced = sampler(SamplingParams(temperature=0.0, logit_bias=((20, 100.0),)))
     forbidden = sampler(SamplingParams(temperature=0.0, logit_bias=((7, -100.0),)))

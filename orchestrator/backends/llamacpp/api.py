@@ -132,6 +132,7 @@ def requantize(source: Path, target: Path, file_type: str) -> None:
 class ContextShape:
     n_ctx: int  # KV cells in all
     n_batch: int  # tokens one llama_decode takes
+    n_ubatch: int  # tokens one pass over the weights computes (llama.cpp splits a decode into such passes)
     n_seq_max: int  # sequence slots
     n_threads: int  # the threads a step runs on until `Context.set_threads` says otherwise
     # True: one pool of `n_ctx` cells that every sequence draws from. False: each sequence slot has a stream of
@@ -173,7 +174,7 @@ class Context:
         params = lib.llama_context_default_params()
         params.n_ctx = shape.n_ctx
         params.n_batch = shape.n_batch
-        params.n_ubatch = shape.n_batch
+        params.n_ubatch = shape.n_ubatch
         params.n_seq_max = shape.n_seq_max
         params.n_threads = shape.n_threads
         params.n_threads_batch = shape.n_threads
@@ -191,6 +192,8 @@ class Context:
         self.n_vocab = lib.llama_vocab_n_tokens(model.vocab)
         self.batch = Batch(shape.n_batch)
         self.threads = shape.n_threads
+        self._logits_at = 0  # the address of llama.cpp's logits buffer when `_logits` was made over it
+        self._logits: np.ndarray | None = None
 
     def set_threads(self, threads: int) -> None:
         """The threads the next decodes run on (a setting of the context: nothing is started or stopped)."""
@@ -208,7 +211,13 @@ class Context:
         """The last decode's logits, one row per batch token that asked for them, in batch order: a view of
         llama.cpp's buffer (float32 [rows, n_vocab]), valid until the next decode."""
         pointer = self._lib.llama_get_logits(self.handle)
-        return np.ctypeslib.as_array(pointer, shape=(rows, self.n_vocab))
+        if rows > self.n_seq_max:  # more than one row per sequence: not a step of the engine loop
+            return np.ctypeslib.as_array(pointer, shape=(rows, self.n_vocab))
+        address = ctypes.cast(pointer, ctypes.c_void_p).value
+        if address != self._logits_at:  # llama.cpp (re)allocated it: room for at least one row per sequence
+            self._logits_at = address
+            self._logits = np.ctypeslib.as_array(pointer, shape=(self.n_seq_max, self.n_vocab))
+        return self._logits[:rows]
 
     def seq_truncate(self, seq: int, keep: int) -> bool:
         """Drop the sequence's cells from position `keep` on (keep=0 empties it)."""

@@ -17,6 +17,7 @@ import os
 import threading
 from dataclasses import dataclass
 
+from orchestrator.backends.llamacpp.step import STEP_UBATCHES
 from orchestrator.backends.llamacpp.threads import ThreadTuner
 from orchestrator.backends.options import prompt_cache_budget
 from orchestrator.backends.protocol import (
@@ -161,7 +162,8 @@ class LlamaCppBackend:
         threads = step_threads(settings.options.threads, os.cpu_count() or 1)
         shape = ContextShape(
             n_ctx=layout.cells,
-            n_batch=limits.max_num_tokens,
+            n_batch=limits.max_num_tokens * STEP_UBATCHES,
+            n_ubatch=limits.max_num_tokens,
             n_seq_max=layout.slots,
             n_threads=threads.most,
             unified=layout.unified,
@@ -169,14 +171,16 @@ class LlamaCppBackend:
         self._context = Context(self._model, shape)
         engine_limits = EngineLimits(
             n_batch=shape.n_batch,
+            n_ubatch=shape.n_ubatch,
             max_seq_len=min(limits.max_seq_len, layout.seq_cells),
             prompt_cache_bytes=prompt_cache_bytes(settings),
             threads=threads,
         )
         ends = frozenset(manifest.tokenizer.eos_token_ids)
         self._engine = EngineLoop(self._context, engine_limits, ends, self._hand_over, self._hand_over_death)
-        log.info("llama.cpp context: %d KV cells, %d sequences (%s), batch %d, %s",
-                 self._context.n_ctx, shape.n_seq_max, layout.reason, shape.n_batch, threads.describe())
+        log.info("llama.cpp context: %d KV cells, %d sequences (%s), steps of up to %d tokens in passes of %d, %s",
+                 self._context.n_ctx, shape.n_seq_max, layout.reason, shape.n_batch, shape.n_ubatch,
+                 threads.describe())
         if layout.seq_cells < limits.max_seq_len:
             log.warning("%s: its KV budget holds %d cells; sequences end there, below the engine's max_seq_len %d",
                         settings.engine_dir.name, layout.seq_cells, limits.max_seq_len)

@@ -51,9 +51,14 @@ class SlotPlan:
     reuse: int
 
 
-def place(prompt: tuple[int, ...], salt: str, free: list[Slot], saved: list[tuple[int, ...]]) -> SlotPlan:
+def place(prompt: tuple[int, ...], salt: str, free: list[Slot], saved: list[tuple[int, ...]],
+          running: frozenset[int] = frozenset()) -> SlotPlan:
     """Choose the slot for `prompt` of cache salt `salt` among the free slots (at least one), and whether to
-    restore a saved state (`saved`: the RAM entries of that salt).
+    restore a saved state (`saved`: the RAM entries of that salt). Among slots that reuse as much, and for a
+    restore: a slot next to a running sequence's (`running`: their ids, given with a KV stream per slot), then
+    the least recently used. llama.cpp computes a step's sequences in one pass over the weights only where their
+    ids are consecutive, so running sequences kept side by side share passes (four sequences scattered over 16
+    slots took four); the least recently used keeps other cached prefixes longest.
 
     At least one prompt token is always left to compute: its logits give the first output token."""
     limit = len(prompt) - 1
@@ -61,7 +66,10 @@ def place(prompt: tuple[int, ...], salt: str, free: list[Slot], saved: list[tupl
     def reusable(slot: Slot) -> int:
         return min(common_prefix(slot.tokens, prompt), limit) if slot.salt == salt else 0
 
-    best_slot = max(free, key=lambda s: (reusable(s), -s.last_used))
+    def beside(slot: Slot) -> bool:
+        return slot.seq - 1 in running or slot.seq + 1 in running
+
+    best_slot = max(free, key=lambda s: (reusable(s), beside(s), -s.last_used))
     slot_reuse = reusable(best_slot)
     best_saved, saved_reuse = None, 0
     for tokens in saved:
@@ -69,7 +77,7 @@ def place(prompt: tuple[int, ...], salt: str, free: list[Slot], saved: list[tupl
         if reuse > saved_reuse:
             best_saved, saved_reuse = tokens, reuse
     if best_saved is not None and saved_reuse > slot_reuse:
-        oldest = min(free, key=lambda s: (s.last_used, len(s.tokens)))
+        oldest = min(free, key=lambda s: (not beside(s), s.last_used, len(s.tokens)))
         return SlotPlan(oldest, best_saved, saved_reuse)
     return SlotPlan(best_slot, None, slot_reuse)
 

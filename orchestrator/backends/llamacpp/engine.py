@@ -68,6 +68,7 @@ class Sequence:
 @dataclass(frozen=True)
 class EngineLimits:
     n_batch: int
+    n_ubatch: int  # tokens of one pass: the most prompt tokens a step takes while anything decodes
     max_seq_len: int  # prompt + output of one sequence: the manifest's, or less when a slot holds fewer cells
     prompt_cache_bytes: int
     threads: ThreadTuner  # how many threads each step runs on
@@ -91,11 +92,12 @@ class EngineLoop:
         self._stopping = False
         self._waiting: deque[Sequence] = deque()
         self._running: dict[str, Sequence] = {}  # by request id, in admission order
+        self._retired: list[Slot] = []  # slots freed whose state is not yet copied to the RAM cache
         self._step = 0
         self._reused_tokens = 0
         self.preemptions = 0
         self._latency_ms: float | None = None
-        self.snapshot = self._stats()
+        self._numbers = self._count()  # the stats' numbers after the latest step, as one tuple (read on the event loop)
         self._thread = threading.Thread(target=self._run, name="llamacpp-engine", daemon=True)
 
     # -- from the worker's event loop --------------------------------------------------------------------------
@@ -137,9 +139,10 @@ class EngineLoop:
                 self._admit(deltas)
                 if self._running:
                     self._run_step(deltas)
-                self.snapshot = self._stats()
+                self._numbers = self._count()
                 if deltas:
                     self._deliver(list(deltas.values()))
+                self._save_retired()
         except Exception as exc:  # a bug or a llama.cpp failure: nothing more can be trusted
             log.exception("the llamacpp engine loop failed")
             self._die(f"the llama.cpp engine loop failed: {type(exc).__name__}: {exc}")
@@ -195,6 +198,7 @@ class EngineLoop:
 
     # -- admission and KV room ---------------------------------------------------------------------------------
     def _admit(self, deltas: dict[str, TokenDelta]) -> None:
+        self._save_retired()  # slots freed by cancellations just now, before one of them is reused
         while self._waiting:
             free = self._table.free()
             if not free:
@@ -214,7 +218,8 @@ class EngineLoop:
 
     def _place(self, sequence: Sequence, free: list[Slot]) -> None:
         tokens, salt = tuple(sequence.tokens), sequence.request.cache_salt
-        placement = place(tokens, salt, free, self._ram.keys(salt))
+        running = frozenset() if self._table.unified else frozenset(s.slot.seq for s in self._running.values())
+        placement = place(tokens, salt, free, self._ram.keys(salt), running)
         slot, reuse = placement.slot, placement.reuse
         if placement.restore is not None and not self._restore(slot, salt, placement.restore):
             slot, reuse = placement.slot, 0
@@ -254,7 +259,8 @@ class EngineLoop:
         """The step's plan, after making room for it (dropping cached prefixes, then preempting)."""
         while True:
             pending = [(rid, s.left) for rid, s in self._running.items()]
-            plan = plan_step(pending, self._limits.n_batch, self._limits.prefill_while_decoding)
+            plan = plan_step(pending, self._limits.n_batch, self._limits.prefill_while_decoding,
+                             self._limits.n_ubatch)
             if self._table.make_room(plan.tokens):
                 return plan
             if not self._preempt_newest():
@@ -328,13 +334,13 @@ class EngineLoop:
 
     def _take(self, sequence: Sequence, choice, deltas: dict[str, TokenDelta]) -> None:
         """Keep the sampled token, or end the sequence on it."""
-        request, token = sequence.request, choice.token
+        request, token, sampler = sequence.request, choice.token, sequence.sampler
         delta = self._delta(deltas, sequence)
-        if token in sequence.ends and sequence.generated >= request.min_tokens:
+        if token in sequence.ends and sampler.generated >= request.min_tokens:
             self._finish(deltas, sequence, FinishReason.STOP)
             return
         try:
-            sequence.sampler.accept(token)
+            sampler.accept(token)
         except Exception as exc:  # its constraint refused the token: this sequence ends, the others go on
             self._fail(deltas, sequence, EngineError(f"sampling failed: {type(exc).__name__}: {exc}"))
             return
@@ -343,7 +349,7 @@ class EngineLoop:
         if request.logprobs:
             delta.logprobs.append(choice.logprob)
             delta.top_logprobs.append(choice.top or [])
-        if sequence.generated >= request.max_new_tokens or len(sequence.tokens) >= self._limits.max_seq_len:
+        if sampler.generated >= request.max_new_tokens or len(sequence.tokens) >= self._limits.max_seq_len:
             self._finish(deltas, sequence, FinishReason.LENGTH)
 
     # -- endings -----------------------------------------------------------------------------------------------
@@ -358,27 +364,44 @@ class EngineLoop:
         delta.token_ids, delta.logprobs, delta.top_logprobs = [], None, None
 
     def _retire(self, sequence: Sequence) -> None:
-        """Free the sequence's slot; its cells stay as a cached prefix, and a copy of its state goes to RAM."""
+        """Free the sequence's slot; its cells stay as a cached prefix, and a copy of its state goes to RAM once
+        the step's deltas are handed over (`_save_retired`)."""
         self._running.pop(sequence.request.id, None)
         slot = sequence.slot
         if slot is None:
             return
         slot.owner, slot.last_used, sequence.slot = None, self._step, None
-        saved = self._ram.keys(slot.salt)
-        if self._ram.budget_bytes and worth_saving(slot.tokens, saved):
-            self._ram.put(slot.salt, tuple(slot.tokens), self._ctx.seq_state(slot.seq))
+        if self._ram.budget_bytes:
+            self._retired.append(slot)
 
-    def _stats(self) -> BackendStats:
-        used = self._table.cells_running()
+    def _save_retired(self) -> None:
+        """Copy the states of the slots freed since the last call to the RAM cache: after the step's deltas are
+        handed over (a finished request's last tokens do not wait for the copy, ~3 MB for 128 tokens of the
+        default model) and before anything can be admitted into those slots."""
+        for slot in self._retired:
+            if worth_saving(slot.tokens, self._ram.keys(slot.salt)):
+                self._ram.put(slot.salt, tuple(slot.tokens), self._ctx.seq_state(slot.seq))
+        self._retired.clear()
+
+    def _count(self) -> tuple:
+        """Taken once per step on the engine thread (a tuple, so `snapshot` never sees half of one step)."""
+        waiting = len(self._waiting) + len(self._inbox)
+        return (len(self._running), waiting, self._table.cells_running(), self._step, self._reused_tokens,
+                self._latency_ms)
+
+    @property
+    def snapshot(self) -> BackendStats:
+        """The engine's stats after its latest step (called from the worker's event loop)."""
+        running, waiting, used, step, reused, latency_ms = self._numbers
         n_ctx = self._table.n_ctx
         return BackendStats(
-            running=len(self._running),
-            waiting=len(self._waiting) + len(self._inbox),
+            running=running,
+            waiting=waiting,
             kv_blocks_total=n_ctx,
             kv_blocks_free=n_ctx - used,
             kv_blocks_used=used,
             tokens_per_block=1,
-            iterations=self._step,
-            kv_blocks_reused=self._reused_tokens,
-            iteration_latency_ms=self._latency_ms,
+            iterations=step,
+            kv_blocks_reused=reused,
+            iteration_latency_ms=latency_ms,
         )

@@ -66,6 +66,8 @@ class SequenceSampler:
     _seen: np.ndarray | None = None  # bool [vocab]: prompt and output tokens (repetition penalty)
     _counts: np.ndarray | None = None  # int32 [vocab]: output token counts (presence, frequency)
     _adjusts: bool = field(default=False)
+    _argmax_only: bool = field(default=False)  # greedy, no logit bias or penalties, no log probabilities
+    _bans_until: int = field(default=0)  # end tokens are banned while fewer than this many tokens are generated
 
     def __post_init__(self) -> None:
         s = self.request.sampling
@@ -78,14 +80,20 @@ class SequenceSampler:
         if s.presence_penalty or s.frequency_penalty:
             self._counts = np.zeros(self.vocab, dtype=np.int32)
         self._adjusts = bool(s.logit_bias) or self._seen is not None or self._counts is not None
+        self._argmax_only = s.greedy and not self._adjusts and not self.request.logprobs
+        self._bans_until = self.request.min_tokens if len(self.end_tokens) else 0
 
     @property
     def position(self) -> int:
         return len(self.request.prompt_ids) + self.generated
 
     def needs_adjusting(self) -> bool:
-        banning = self.generated < self.request.min_tokens and len(self.end_tokens) > 0
-        return self._adjusts or banning or self.constraint is not None
+        return self._adjusts or self.generated < self._bans_until or self.constraint is not None
+
+    def argmax_only(self) -> bool:
+        """Whether its token is the argmax of its row as the model gave it, with nothing else to report: greedy,
+        nothing to adjust at this position, no log probabilities."""
+        return self._argmax_only and self.constraint is None and self.generated >= self._bans_until
 
     def adjust(self, row: np.ndarray) -> None:
         """Step 1 above, in place."""
@@ -130,6 +138,10 @@ def sample(logits: np.ndarray, samplers: list[SequenceSampler]) -> list[Sampled]
     place of `samplers`. Does not call `accept`: the caller does once the token is kept. A row whose sampling
     raises (its constraint, say) gets a `Sampled` with the error; the other rows are chosen as if it were not
     there."""
+    if all(sampler.argmax_only() for sampler in samplers):
+        fast = _argmax_rows(logits)
+        if fast is not None:
+            return fast
     choices: list[Sampled | None] = [None] * len(samplers)
     for index, sampler in enumerate(samplers):
         if sampler.needs_adjusting():
@@ -143,6 +155,15 @@ def sample(logits: np.ndarray, samplers: list[SequenceSampler]) -> list[Sampled]
         if choices[i] is None:
             choices[i] = _guarded(_sampled_choice, logits[i], sampler)
     return choices
+
+
+def _argmax_rows(logits: np.ndarray) -> list[Sampled] | None:
+    """Every row's argmax, in one pass over the matrix (a plain greedy batch, the common case); None when a row
+    has no finite best logit (the general path reports it for that row alone)."""
+    tokens = logits.argmax(axis=1)
+    if not np.isfinite(logits[np.arange(tokens.size), tokens]).all():
+        return None
+    return [Sampled(token) for token in tokens.tolist()]
 
 
 def _guarded(work, *args) -> Sampled | None:

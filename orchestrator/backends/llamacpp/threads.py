@@ -7,7 +7,10 @@ tok/s with 1 thread and 14.3 with 2, sixteen at 186.2 and 328.6; on another, one
 (docs/llamacpp.md, "Threads"). No fixed rule is right on both. So the engine times each candidate count on steps
 of each size class (1, 2-3, 4-7, 8-15, 16-31, 32 and more tokens), interleaved, `TRIES` steps each, then runs
 that class on the faster (by median time per token), and every `RETRY_EVERY` steps of the class times the others
-again, since the machine's load changes. `--worker.threads N` runs every step on N.
+again, since the machine's load changes. Steps of more than `TRY_TOKENS` tokens are never tries: one on the
+slower count costs its whole length (a 600-token step took a second longer on 1 thread than on 2), so they run
+on the fastest count timed so far, or on the most threads before any is. `--worker.threads N` runs every step
+on N.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections import deque
 SIZE_CLASSES = 6  # steps of 1, 2-3, 4-7, 8-15, 16-31, 32+ tokens
 TRIES = 8  # steps each candidate is timed on, per size class, before the faster one is kept
 RETRY_EVERY = 4096  # steps of a class after which the slower candidates are timed again
+TRY_TOKENS = 256  # larger steps run on the best count known, never as a try
 
 
 def size_class(tokens: int) -> int:
@@ -61,6 +65,9 @@ class ThreadTuner:
         if self._steps[k] % RETRY_EVERY == 0:
             best = pick(self.candidates, times)
             self._times[k] = times = {best: times[best]}
+        if tokens > TRY_TOKENS:
+            timed = [c for c in self.candidates if times.get(c)]
+            return min(timed, key=lambda c: statistics.median(times[c])) if timed else self.most
         return pick(self.candidates, times)
 
     def observe(self, tokens: int, threads: int, seconds: float) -> None:
