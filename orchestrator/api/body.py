@@ -45,24 +45,17 @@ async def read_json(http: web.Request, most_bytes: int | None = None) -> bytes:
         raise PayloadTooLarge(
             f"the request body has {http.content_length} bytes; this server accepts at most {limits.max_body_bytes}"
         )
-    body = await _arrived(http, limits.body_timeout_s)
+    timeout_s = None if http.content.is_eof() else limits.body_timeout_s  # no timer for a body already here
+    try:
+        async with asyncio.timeout(timeout_s):
+            body = await http.read()  # aiohttp refuses a chunked body past client_max_size (413)
+    except TimeoutError:
+        raise RequestTimeout(f"the request body did not arrive within {limits.body_timeout_s:g} s") from None
     if len(body) > limits.max_body_bytes:  # a chunked body, which came without a Content-Length
         raise PayloadTooLarge(f"the request body has {len(body)} bytes; this route accepts at most "
                               f"{limits.max_body_bytes}")
     record_of(http).body_bytes = len(body)
     return body
-
-
-async def _arrived(http: web.Request, timeout_s: float) -> bytes:
-    """The whole body; RequestTimeout if it takes longer than `timeout_s`. A small body usually came with the
-    head and is there already: then no timer is set. aiohttp refuses a chunked body past client_max_size (413)."""
-    if http.content.is_eof():
-        return await http.read()
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await http.read()
-    except TimeoutError:
-        raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s") from None
 
 
 async def parse(http: web.Request, wire_type: type[BaseModel]) -> BaseModel:

@@ -119,14 +119,6 @@ def longest_token_chars(prompts: PromptEncoder) -> int:
     return max(len(token) for token in prompts.tokenizer.get_vocab(with_added_tokens=True))
 
 
-def _prompt_text_if_it_may_be_too_long(wire: FrontDoorRequest, engine: Engine, body_bytes: int) -> str | None:
-    """The prompt's text, when a body this large could hold one too long for the model; else None (the
-    common case: nothing is done twice)."""
-    if body_bytes <= most_prompt_chars(engine):
-        return None
-    return wire.prompt_text(engine)
-
-
 def most_prompt_chars(engine: Engine) -> int:
     """No prompt the model takes is longer than this, in characters: its longest prompt in tokens times the
     most characters one token stands for."""
@@ -135,9 +127,10 @@ def most_prompt_chars(engine: Engine) -> int:
 
 def _check_prompt_chars(wire: FrontDoorRequest, engine: Engine, body_bytes: int) -> None:
     """A prompt longer than any the model could take, in characters, is refused before the tokenizer spends
-    seconds on it (and the event loop's thread time on the huge result)."""
-    text = _prompt_text_if_it_may_be_too_long(wire, engine, body_bytes)
+    seconds on it (and the event loop's thread time on the huge result). Only a body this large could hold one:
+    for the others (the common case) nothing is done twice."""
     most = most_prompt_chars(engine)
+    text = wire.prompt_text(engine) if body_bytes > most else None
     if text is not None and len(text) > most:
         limit = engine.manifest.limits.max_input_len
         raise ContextLengthExceeded(

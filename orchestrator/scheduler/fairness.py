@@ -100,9 +100,6 @@ class KeyShares:
         admission) only where another key's counter is there to compare."""
         recent = {key for key, seen in self._seen.items() if now - seen <= self._presence_s}
         keys = set(self._settled) | set(self._serving) | set(queued) | recent
-        counter = self.counter if len(keys) > 1 else self._settled_counter
+        counter = self.counter if len(keys) > 1 else lambda key: self._settled.get(key, 0.0)
         return [KeyLoad(key, self.running(key), queued[key], counter(key), self._weights.get(key, 1.0),
                         recent=key in recent) for key in keys]
-
-    def _settled_counter(self, key: str) -> float:
-        return self._settled.get(key, 0.0)

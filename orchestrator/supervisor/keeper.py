@@ -76,12 +76,8 @@ class _Mapping:
         """Bring a chunk into the page cache without pinning it: read it through."""
         with open(self.path, "rb") as file:
             file.seek(offset)
-            remaining = length
-            while remaining > 0:
-                chunk = file.read(min(remaining, 2**20))
-                if not chunk:
-                    return
-                remaining -= len(chunk)
+            while length > 0 and (chunk := file.read(min(length, 2**20))):
+                length -= len(chunk)
 
     def close(self) -> None:
         if self.size:

@@ -394,14 +394,6 @@ class EngineLoop:
         """The engine's stats after its latest step (called from the worker's event loop)."""
         running, waiting, used, step, reused, latency_ms = self._numbers
         n_ctx = self._table.n_ctx
-        return BackendStats(
-            running=running,
-            waiting=waiting,
-            kv_blocks_total=n_ctx,
-            kv_blocks_free=n_ctx - used,
-            kv_blocks_used=used,
-            tokens_per_block=1,
-            iterations=step,
-            kv_blocks_reused=reused,
-            iteration_latency_ms=latency_ms,
-        )
+        return BackendStats(running=running, waiting=waiting, kv_blocks_total=n_ctx, kv_blocks_free=n_ctx - used,
+                            kv_blocks_used=used, tokens_per_block=1, iterations=step, kv_blocks_reused=reused,
+                            iteration_latency_ms=latency_ms)
