@@ -184,14 +184,22 @@ async def through_the_server(base: str, api: str, plan: Plan) -> dict:
 
 def memory_check(moments: dict) -> dict:
     """Per moment, what the ledger holds and what nvidia-smi says is used beyond the start (None without it): the
-    load's footprint, and whether the unload gave the memory back."""
+    load's footprint, and whether the unload gave the memory back. The unloaded model's weights may stay kept for
+    its next load (in host RAM; on the device where the device is the host, as in the dry run): the ledger
+    shows them apart, and they are not the model's memory coming back."""
     smi = {name: (m["nvidia_smi"] or {}).get("used_bytes") for name, m in moments.items()}
     base = smi["before_load"]
-    rows = {name: {"ledger_used_bytes": m["ledger"]["used_bytes"],
+    rows = {name: {"ledger_used_bytes": m["ledger"]["used_bytes"], "kept_weights_bytes": _kept_on_device(m["ledger"]),
                    "nvidia_smi_above_start_bytes": None if base is None or smi[name] is None else smi[name] - base}
             for name, m in moments.items()}
-    return {"moments": rows, "ledger_returned": rows["after_unload"]["ledger_used_bytes"] == 0,
+    after = rows["after_unload"]
+    return {"moments": rows, "ledger_returned": after["ledger_used_bytes"] == after["kept_weights_bytes"],
             "nvidia_smi_returned": None if base is None else abs(smi["after_unload"] - base) < 256 * 2**20}
+
+
+def _kept_on_device(ledger: dict) -> int:
+    """Kept weights counted in the device's used bytes: where the device is the host (no host RAM of its own)."""
+    return ledger.get("kept_weights_bytes", 0) if ledger.get("host_capacity_bytes") == 0 else 0
 
 
 # -- decode step times against the sim's model ----------------------------------------------------------------------
