@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from orchestrator.scheduler import Scheduler
-from orchestrator.scheduler.ledger import DeviceReading, HostProbe
+from orchestrator.scheduler.ledger import HostProbe
 from orchestrator.supervisor.keeper import WeightKeeper
 from tests.fakes.clock import run_virtual, until
 from tests.fakes.workers import FakeDevice, FakeWorkers
@@ -30,17 +30,11 @@ MODEL_MIB = 4  # 3 MiB of weights, 1 MiB of KV cache
 WEIGHTS = MODEL_MIB * MIB - KV_BYTES
 
 
-class HostDevice(HostProbe):
-    """The host as the device (models served on the CPU), with `total_bytes` of RAM, all of it free."""
+class HostDevice(FakeDevice, HostProbe):
+    """The host as the device (models served on the CPU), with `total_bytes` of RAM, all of it free: a FakeDevice
+    the ledger takes for the host."""
 
-    def __init__(self, total_bytes: int):
-        self.total_bytes = total_bytes
-
-    def read(self) -> DeviceReading:
-        return DeviceReading(self.total_bytes, 0, self.total_bytes)
-
-    def process_bytes(self, pid: int) -> int | None:
-        return None
+    name = HostProbe.name
 
 
 async def on_the_loop(work) -> None:
