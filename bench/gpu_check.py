@@ -209,7 +209,9 @@ def step_times(engine: Path, plan: Plan) -> list[dict]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(engine, dtype=getattr(torch, plan.dtype)).to(plan.device).eval()
+    torch.backends.cuda.enable_cudnn_sdp(plan.device != "cuda")  # as the hf backend does (backends/hf/backend.py)
+    model = AutoModelForCausalLM.from_pretrained(engine, dtype=getattr(torch, plan.dtype),
+                                                 attn_implementation="sdpa").to(plan.device).eval()
     predicted = sim_step_ms(engine)
     rows = []
     for batch in plan.batches:
