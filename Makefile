@@ -82,10 +82,10 @@ test-deps:
 test: default-engine test-deps
 	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) $(BIN)/pytest --durations=25 $(PYTEST_ARGS)
 
-# Day-to-day: the unit, app, build and in-process tiers, without the tests that start real servers (under 3
-# minutes on 2 cores).
+# Day-to-day: the unit, app, build and in-process tiers, without the tests that start real servers and the few
+# in-process ones of over ten seconds (under 3 minutes on 2 cores).
 test-fast: default-engine test-deps
-	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) $(BIN)/pytest -m 'not e2e and not clients' $(PYTEST_ARGS)
+	INFERNO_TEST_ENGINES_DIR=$(abspath $(ENGINES_DIR)) $(BIN)/pytest -m 'not e2e and not clients and not slow' $(PYTEST_ARGS)
 
 # The GPU check (bench/gpu_check.py): on a machine with an NVIDIA GPU and PyTorch, no network; OUT is the report's
 # folder. Its wheels travel with the checkout in .gpu-wheels/ (make gpu-check-wheels, here, with network, for the

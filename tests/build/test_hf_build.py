@@ -35,6 +35,7 @@ def hidden(folder):
     return sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) if folder.exists() else []
 
 
+@pytest.mark.slow
 def test_a_build_then_a_cache_hit_then_a_rebuild_when_the_checkpoint_changes(workspace):
     checkpoint, engines, build = workspace
     first = build()
@@ -64,6 +65,7 @@ def test_a_build_then_a_cache_hit_then_a_rebuild_when_the_checkpoint_changes(wor
     assert load_manifest(engine).build.fingerprint != manifest.build.fingerprint
 
 
+@pytest.mark.slow
 def test_force_rebuilds_an_up_to_date_engine(workspace):
     _, engines, build = workspace
     assert build().returncode == 0

@@ -209,6 +209,7 @@ def test_the_prompt_cache_keeps_to_the_budget_it_is_given_and_zero_turns_it_off(
         small.close()
 
 
+@pytest.mark.slow
 def test_kv_pressure_preempts_and_every_answer_completes(gguf_engine, tmp_path):
     texts = ["Tell me a story.", "Describe Paris.", "Explain gravity.", "What is rain?"]
     folder = engine_variant(gguf_engine, tmp_path, "four-slots", max_batch_size=4)
