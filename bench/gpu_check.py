@@ -275,10 +275,11 @@ def sim_step_ms(engine: Path):
 
 # -- the report ---------------------------------------------------------------------------------------------------
 def markdown(report: dict) -> str:
-    served = report["server"]["serving"]
+    served, engine = report["server"]["serving"], report["engine"]
+    built = f"built here in {engine['build_s']:.0f} s" if engine["built"] else "at hand"
     lines = [f"# gpu-check ({'dry run, CPU' if report['dry_run'] else report['device']})", "",
              "| check | result |", "|---|---|",
-             f"| engine | {'built here in %.0f s' % report['engine']['build_s'] if report['engine']['built'] else 'at hand'} |",
+             f"| engine | {built} |",
              f"| chat | {served['chat']['tokens']} tokens in {served['chat']['total_s']:.2f} s |",
              f"| stream | TTFT {served['stream']['ttft_s'] or 0:.3f} s |",
              f"| {served['concurrent']['streams']} concurrent streams | {served['concurrent']['tok_per_s']:.1f} tok/s, "

@@ -168,8 +168,9 @@ class HfBackend:
         device = options.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        # On CUDA, SDPA without cuDNN's attention: PyTorch 2.11 picks it for decode on Hopper and it plans a new graph
-        # for each new KV length, about 3 ms of CPU per layer per step (`make gpu-check` on an H100; docs/benchmarking.md).
+        # On CUDA, SDPA without cuDNN's attention: PyTorch 2.11 picks it for decode on Hopper, where it spent ~2 ms of
+        # CPU per layer per step, likely a new plan for each new KV length (`make gpu-check` on an H100;
+        # docs/benchmarking.md).
         torch.backends.cuda.enable_cudnn_sdp(not device.startswith("cuda"))
         # Paged SDPA: under the continuous batching manager the KV cache is paged; transformers 5.23 spells it
         # plain "sdpa" ("paged|sdpa" is deprecated and reduced to "sdpa" with a warning).
