@@ -94,8 +94,9 @@ test-fast: default-engine test-deps
 OUT ?= gpu-check-report
 # The GPU machine's CPython (3.12 on the H100 machine the check first ran on; `python3 --version` there).
 GPU_PYTHON ?= 3.12
+# Run as a module (-m) from the checkout, which is then importable without being installed there.
 gpu-check:
-	$(PYTHON) bench/gpu_check.py $(OUT) --engines-dir $(abspath $(ENGINES_DIR))
+	$(PYTHON) -m bench.gpu_check $(OUT) --engines-dir $(abspath $(ENGINES_DIR))
 
 gpu-check-wheels:
 	$(BIN)/pip download --only-binary :all: --python-version $(GPU_PYTHON) --platform manylinux2014_x86_64 \

