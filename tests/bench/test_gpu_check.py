@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from bench import gpu_check
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -42,11 +43,6 @@ def test_the_gpu_checks_dry_run_builds_its_engine_offline_and_writes_its_report(
 
 
 def test_an_engine_at_hand_is_used_as_it_is(tmp_path):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import gpu_check
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
     (tmp_path / gpu_check.ENGINE).mkdir()
     (tmp_path / gpu_check.ENGINE / "engine.json").write_text("{}")
     assert gpu_check.ensure_engine(tmp_path, tmp_path / "build.log") == {"built": False}
