@@ -1,4 +1,4 @@
-"""Every llama.cpp C call Inferno makes, in one thin module over llama-cpp-python's ctypes bindings.
+"""Every llama.cpp C call the server makes, in one thin module over llama-cpp-python's ctypes bindings.
 
 llama.cpp renames C functions every few months (the `llama_kv_self_*` calls became `llama_memory_*`); when the
 pinned binding moves, this file is the one to change. Nothing here decides anything: it loads a model, owns one
@@ -223,16 +223,20 @@ class Context:
         """Drop the sequence's cells from position `keep` on (keep=0 empties it)."""
         return bool(self._lib.llama_memory_seq_rm(self._memory, seq, keep, -1))
 
-    def seq_state(self, seq: int) -> bytes:
-        """A copy of one sequence's KV cells (host memory), to restore later with `set_seq_state`."""
+    def seq_state(self, seq: int) -> bytearray:
+        """A copy of one sequence's KV cells (host memory), to restore later with `set_seq_state`. llama.cpp
+        writes it straight into the buffer kept (a second copy of ~3 MB cost as much as the first, on the step's
+        thread)."""
         size = self._lib.llama_state_seq_get_size(self.handle, seq)
-        buffer = (ctypes.c_uint8 * size)()
-        written = self._lib.llama_state_seq_get_data(self.handle, buffer, size, seq)
-        return bytes(memoryview(buffer)[:written])
+        state = bytearray(size)
+        written = self._lib.llama_state_seq_get_data(self.handle, (ctypes.c_uint8 * size).from_buffer(state), size, seq)
+        del state[written:]
+        return state
 
-    def set_seq_state(self, seq: int, state: bytes) -> bool:
-        """Replace one sequence's cells with a copy taken by `seq_state`; False if it did not fit."""
-        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+    def set_seq_state(self, seq: int, state: bytearray) -> bool:
+        """Replace one sequence's cells with a copy taken by `seq_state` (read in place); False if it did not
+        fit."""
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer(state)
         return self._lib.llama_state_seq_set_data(self.handle, buffer, len(state), seq) > 0
 
     def free(self) -> None:
@@ -240,26 +244,3 @@ class Context:
             self._lib.llama_free(self.handle)
             self.handle = None
 
-
-class SamplerChain:
-    """llama.cpp's own per-sequence sampler chain (temperature, top-p, a seeded draw; or greedy), sampling from
-    a row of the last decode's logits. The backend samples in numpy instead; this exists so the benchmark can
-    compare the two on the same logits (bench/llamacpp_sampling.py)."""
-
-    def __init__(self, temperature: float, top_p: float, seed: int):
-        lib = bindings()
-        self._lib = lib
-        self.handle = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
-        if temperature == 0.0:
-            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_greedy())
-        else:
-            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_temp(temperature))
-            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_top_p(top_p, 1))
-            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_dist(seed))
-
-    def sample(self, context: Context, batch_index: int) -> int:
-        """The token for the batch row `batch_index` (its place in the batch, not among the logit rows)."""
-        return self._lib.llama_sampler_sample(self.handle, context.handle, batch_index)
-
-    def free(self) -> None:
-        self._lib.llama_sampler_free(self.handle)
