@@ -22,6 +22,7 @@ SIZE_CLASSES = 6  # steps of 1, 2-3, 4-7, 8-15, 16-31, 32+ tokens
 TRIES = 8  # steps each candidate is timed on, per size class, before the faster one is kept
 RETRY_EVERY = 4096  # steps of a class after which the slower candidates are timed again
 TRY_TOKENS = 256  # larger steps run on the best count known, never as a try
+RECHOOSE_EVERY = TRIES  # steps of a tried class between looks at its medians (~50 µs a look after a decode)
 
 
 def size_class(tokens: int) -> int:
@@ -42,6 +43,7 @@ class ThreadTuner:
         self.candidates = candidates
         self._times: list[dict[int, deque[float]]] = [{} for _ in range(SIZE_CLASSES)]
         self._steps = [0] * SIZE_CLASSES
+        self._kept: list[int | None] = [None] * SIZE_CLASSES  # a class's count once tried, between looks
 
     @classmethod
     def fixed(cls, threads: int) -> ThreadTuner:
@@ -65,10 +67,16 @@ class ThreadTuner:
         if self._steps[k] % RETRY_EVERY == 0:
             best = pick(self.candidates, times)
             self._times[k] = times = {best: times[best]}
+            self._kept[k] = None
+        if self._kept[k] is not None and self._steps[k] % RECHOOSE_EVERY:
+            return self._kept[k]
         if tokens > TRY_TOKENS:
             timed = [c for c in self.candidates if times.get(c)]
             return min(timed, key=lambda c: statistics.median(times[c])) if timed else self.most
-        return pick(self.candidates, times)
+        choice = pick(self.candidates, times)
+        if all(len(times.get(c, ())) >= TRIES for c in self.candidates):
+            self._kept[k] = choice
+        return choice
 
     def observe(self, tokens: int, threads: int, seconds: float) -> None:
         """A step of `tokens` tokens took `seconds` on `threads` threads."""
