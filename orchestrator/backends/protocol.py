@@ -7,6 +7,8 @@ await responses, cancel, iteration stats, shutdown), and the engine step is the 
                      From then on the backend calls `outputs.step(deltas)` on the worker's event loop once per
                      engine step (or once for a few steps that finished together), with every request's new
                      tokens: one TokenDelta per request that has news, never one call per token or per request.
+                     Outputs whose `any_thread` is true (the worker's) may be called from the backend's own
+                     engine thread instead, sparing a wake-up of the event loop per step.
     submit(request)  enqueue; returns at once. Raises an InfernoError for a request the backend refuses before
                      it enters the engine (nothing is delivered for it then). Every accepted request gets
                      exactly one delta with `finish` set, its last: STOP, LENGTH, CANCELLED or ERROR.
@@ -89,7 +91,8 @@ class BackendSettings:
 
 
 class EngineOutputs(Protocol):
-    """Where a backend delivers its output; called on the worker's event loop only."""
+    """Where a backend delivers its output; called on the worker's event loop, or from any thread where
+    `any_thread` is true (such outputs serialise their calls themselves)."""
 
     def step(self, deltas: list[TokenDelta]) -> None: ...
 

@@ -3,14 +3,18 @@ a Unix socket pair (the child inherits its end).
 
 Each frame is a 4-byte big-endian length and a JSON object with a "kind". The worker sends one "step"
 frame per engine step carrying every request's new text, so the HTTP process wakes once per step, not
-once per token per request.
+once per token per request. The worker's side sends from any thread, each frame whole and in the order sent, as
+soon as it is sent (an engine's own thread writes its step frames without waking the worker's event loop); the
+HTTP process's side buffers in asyncio's transport.
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import struct
+import threading
 
 import orjson
 
@@ -47,26 +51,46 @@ async def read_frame(reader: asyncio.StreamReader) -> dict:
 
 
 class Channel:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 sock: socket.socket | None = None):
         self._reader = reader
         self._writer = writer
+        self._sock = sock  # given: frames go out through it directly, from any thread
+        self._sending = threading.Lock()
 
     @classmethod
-    async def open(cls, sock: socket.socket) -> Channel:
+    async def open(cls, sock: socket.socket, any_thread: bool = False) -> Channel:
         reader, writer = await asyncio.open_unix_connection(sock=sock, limit=2**20)
-        return cls(reader, writer)
+        return cls(reader, writer, sock if any_thread else None)
 
     async def recv(self) -> dict:
         return await read_frame(self._reader)
 
     def send(self, message: dict) -> None:
-        """Queue a frame; never blocks. Call `drain` where backpressure matters."""
-        if self._writer.is_closing():
-            raise ChannelClosed("channel is closed")
-        self._writer.write(encode_frame(message))
+        """Send a frame: queued in the transport (never blocks), or, on a channel opened for any thread, written
+        now, waiting while the socket is full."""
+        if self._sock is None:
+            if self._writer.is_closing():
+                raise ChannelClosed("channel is closed")
+            self._writer.write(encode_frame(message))
+            return
+        view = memoryview(encode_frame(message))
+        with self._sending:
+            try:
+                while view:
+                    try:
+                        view = view[self._sock.send(view):]
+                    except BlockingIOError:
+                        writable = select.poll()
+                        writable.register(self._sock, select.POLLOUT)
+                        writable.poll()
+            except (OSError, ValueError) as exc:  # the other side went away, or this one closed
+                raise ChannelClosed(str(exc)) from exc
 
     async def drain(self, force: bool = False) -> None:
         """Wait for queued frames to leave: always with force, else only past the high-water mark."""
+        if self._sock is not None:
+            return  # nothing is queued
         if force or self._writer.transport.get_write_buffer_size() > _HIGH_WATER:
             try:
                 await self._writer.drain()

@@ -22,6 +22,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import psutil
@@ -66,7 +67,11 @@ class Worker:
     """Serves one loaded engine: requests in from the HTTP process, one step frame out per engine step.
 
     It is the backend's `EngineOutputs`: the backend calls `step` with every request's new tokens of an engine
-    step, and the worker turns them into text (detokenising, stop strings) and sends one frame."""
+    step, and the worker turns them into text (detokenising, stop strings) and sends one frame. `step` may be
+    called from the engine's own thread (`any_thread`): a backend whose engine runs on a thread sends each step's
+    frame from there, without waking this event loop (one wake-up fewer per token where one stream runs)."""
+
+    any_thread = True
 
     def __init__(self, channel: Channel, backend: Backend, tokenizer: Tokenizer, vocab_size: int,
                  chat_format: ChatFormat | None = None):
@@ -78,6 +83,7 @@ class Worker:
         self._pieces = ByteLevelPieces(tokenizer) if ByteLevelPieces.serves(tokenizer) else None
         self._vocab_size = vocab_size
         self._live: dict[str, SequenceOutput] = {}
+        self._stepping = threading.Lock()  # one step (or failure of all) at a time, from whichever thread
         self.engine_dead = asyncio.Event()
         self.released = False  # the server asked for a release, not a shutdown
 
@@ -134,10 +140,11 @@ class Worker:
         """Check the request and hand it to the backend; a refusal fails that request alone."""
         try:
             check_request(request, self._vocab_size)
-            self._backend.submit(request)  # delivers nothing before this turn of the event loop ends
             self._live[request.id] = SequenceOutput(request, self._tokenizer, self._texts, self._channels(request),
                                                       self._pieces)
+            self._backend.submit(request)  # its engine thread may deliver at once
         except Exception as exc:
+            self._live.pop(request.id, None)
             error = exc if isinstance(exc, InfernoError) else EngineError(f"the engine refused the request: {exc}")
             if not isinstance(exc, InfernoError):
                 log.exception("submitting request %s failed", request.id)
@@ -161,20 +168,21 @@ class Worker:
     def step(self, deltas: list[TokenDelta]) -> None:
         rows = []
         live = self._live
-        for delta in deltas:
-            output = live.get(delta.request_id)
-            if output is None:
-                continue  # ended here already (a stop string, a repeated call): its late words are not needed
-            row = output.row(delta)
-            if row is None:
-                continue
-            rows.append(row)
-            if row[ROW_FINISH] is not None:
-                del live[delta.request_id]
-                if delta.finish is None:  # a stop string or a repeated call ended it: free its engine place now
-                    self._backend.cancel(delta.request_id)
-        if rows:
-            self._send(rows)
+        with self._stepping:
+            for delta in deltas:
+                output = live.get(delta.request_id)
+                if output is None:
+                    continue  # ended here already (a stop string, a repeated call): its late words are not needed
+                row = output.row(delta)
+                if row is None:
+                    continue
+                rows.append(row)
+                if row[ROW_FINISH] is not None:
+                    del live[delta.request_id]
+                    if delta.finish is None:  # a stop string or a repeated call ended it: free its engine place
+                        self._backend.cancel(delta.request_id)
+            if rows:
+                self._send(rows)
 
     def dead(self, reason: str) -> None:
         log.error("the engine stopped: %s; exiting so the model is loaded afresh", reason)
@@ -182,10 +190,11 @@ class Worker:
         self.engine_dead.set()
 
     def _fail_live(self, error: InfernoError) -> None:
-        rows = [TextDelta.failure(request_id, error).to_wire() for request_id in self._live]
-        self._live.clear()
-        if rows:
-            self._send(rows)
+        with self._stepping:
+            rows = [TextDelta.failure(request_id, error).to_wire() for request_id in self._live]
+            self._live.clear()
+            if rows:
+                self._send(rows)
 
     def _send(self, rows: list[list]) -> None:
         try:
@@ -232,7 +241,7 @@ async def _fail_load(channel: Channel, error: InfernoError) -> int:
 
 
 async def main_async(fd: int, preload: tuple[str, ...]) -> int:
-    channel = await Channel.open(socket.socket(fileno=fd))
+    channel = await Channel.open(socket.socket(fileno=fd), any_thread=True)
     preload_backends(preload)
     baseline = psutil.Process().memory_info().rss
     while True:

@@ -3,8 +3,8 @@
 One llama.cpp context holds every sequence, in KV cells bought by the byte budget the server assigns: a stream
 per sequence slot when the budget holds every slot at full length, else one pool shared by all (`kv_layout`);
 the engine loop (llamacpp/engine.py) runs one batched `llama_decode` per step on its own thread and
-hands each step's deltas to this worker's event loop in one `call_soon_threadsafe`, which becomes one
-`EngineOutputs.step` call. Sampling is per sequence, in numpy (llamacpp/sampling.py); prefixes are reused from
+hands each step's deltas over in one `EngineOutputs.step` call, made on that thread where the outputs take calls
+from any thread (the worker's do), else on the worker's event loop. Sampling is per sequence, in numpy (llamacpp/sampling.py); prefixes are reused from
 free sequence slots and from a host-RAM prompt cache (llamacpp/cache.py). Every llama.cpp call lives in
 llamacpp/api.py.
 """
@@ -187,7 +187,10 @@ class LlamaCppBackend:
 
     # -- the engine thread's way back to the event loop -------------------------------------------------------
     def _hand_over(self, deltas: list[TokenDelta]) -> None:
-        hand_over(self._loop, self._deliver, deltas)
+        if getattr(self._outputs, "any_thread", False):
+            self._outputs.step(deltas)  # the worker sends the step's frame from this thread
+        else:
+            hand_over(self._loop, self._deliver, deltas)
 
     def _hand_over_death(self, reason: str) -> None:
         hand_over(self._loop, self._die, reason)
