@@ -14,13 +14,36 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.backends.llamacpp.api import Context, ContextShape, Model, SamplerChain
+from orchestrator.backends.llamacpp.api import Context, ContextShape, Model, bindings
 from orchestrator.backends.llamacpp.sampling import SequenceSampler, sample
 from orchestrator.engine.request import EngineRequest, SamplingParams
 
 SETTINGS = {"greedy": (0.0, 1.0), "temperature 0.2, top_p 0.9 (SmolLM2's default)": (0.2, 0.9),
             "temperature 1.0, top_p 0.95": (1.0, 0.95), "temperature 1.0": (1.0, 1.0)}
 PROMPT = (1, 9690, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198)  # a chat turn, SmolLM2
+
+
+class SamplerChain:
+    """llama.cpp's own per-sequence sampler chain (temperature, top-p, a seeded draw; or greedy), sampling from
+    a row of the last decode's logits. The backend samples in numpy instead; this is what it is compared with."""
+
+    def __init__(self, temperature: float, top_p: float, seed: int):
+        lib = bindings()
+        self._lib = lib
+        self.handle = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        if temperature == 0.0:
+            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_greedy())
+        else:
+            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_temp(temperature))
+            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_top_p(top_p, 1))
+            lib.llama_sampler_chain_add(self.handle, lib.llama_sampler_init_dist(seed))
+
+    def sample(self, context: Context, batch_index: int) -> int:
+        """The token for the batch row `batch_index` (its place in the batch, not among the logit rows)."""
+        return self._lib.llama_sampler_sample(self.handle, context.handle, batch_index)
+
+    def free(self) -> None:
+        self._lib.llama_sampler_free(self.handle)
 
 
 def decode_rows(context: Context, rows: int) -> None:

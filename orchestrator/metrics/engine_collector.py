@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from orchestrator.backends.protocol import BackendStats
-from orchestrator.metrics.scheduler_gauges import device_families, model_families
+from orchestrator.metrics.scheduler_gauges import counter, device_families, gauge, model_families
 from orchestrator.scheduler import Scheduler
 
 STATS_TIMEOUT_S = 0.5
@@ -34,37 +34,19 @@ class EngineCollector(Collector):
 
 def engine_families(snapshots: dict[str, BackendStats]) -> list[Metric]:
     """The engines' own numbers, as each worker's backend reports them."""
-    running = GaugeMetricFamily(
-        "inferno_engine_requests_running", "Requests in the engine's current batch.", labels=["model"]
-    )
-    waiting = GaugeMetricFamily(
-        "inferno_engine_requests_waiting",
-        "Requests handed to the engine and not yet scheduled into its batch.",
-        labels=["model"],
-    )
-    blocks = GaugeMetricFamily(
-        "inferno_kv_cache_blocks", "KV cache blocks by kind: total, free, used.", labels=["model", "kind"]
-    )
-    usage = GaugeMetricFamily(
-        "inferno_kv_cache_usage_ratio", "Fraction of the KV cache's blocks in use, from 0 to 1.", labels=["model"]
-    )
-    per_block = GaugeMetricFamily(
-        "inferno_kv_cache_tokens_per_block", "Tokens one KV cache block holds.", labels=["model"]
-    )
-    iterations = GaugeMetricFamily(
-        "inferno_engine_iterations", "Engine steps since the model was loaded (starts at 0 on each load).",
-        labels=["model"],
-    )
-    reused = CounterMetricFamily(
-        "inferno_kv_cache_reused_blocks",
-        "KV cache blocks reused from the prefix cache since the model was loaded, where the engine counts them.",
-        labels=["model"],
-    )
-    step_latency = GaugeMetricFamily(
-        "inferno_engine_iteration_latency_seconds",
-        "Duration of the engine's latest step in seconds, where the engine reports it.",
-        labels=["model"],
-    )
+    running = gauge("inferno_engine_requests_running", "model", "Requests in the engine's current batch.")
+    waiting = gauge("inferno_engine_requests_waiting", "model",
+                    "Requests handed to the engine and not yet scheduled into its batch.")
+    blocks = gauge("inferno_kv_cache_blocks", "model kind", "KV cache blocks by kind: total, free, used.")
+    usage = gauge("inferno_kv_cache_usage_ratio", "model",
+                  "Fraction of the KV cache's blocks in use, from 0 to 1.")
+    per_block = gauge("inferno_kv_cache_tokens_per_block", "model", "Tokens one KV cache block holds.")
+    iterations = gauge("inferno_engine_iterations", "model",
+                       "Engine steps since the model was loaded (starts at 0 on each load).")
+    reused = counter("inferno_kv_cache_reused_blocks", "model",
+        "KV cache blocks reused from the prefix cache since the model was loaded, where the engine counts them.")
+    step_latency = gauge("inferno_engine_iteration_latency_seconds", "model",
+                         "Duration of the engine's latest step in seconds, where the engine reports it.")
     for name, stats in snapshots.items():
         running.add_metric([name], stats.running)
         waiting.add_metric([name], stats.waiting)

@@ -14,41 +14,32 @@ from orchestrator.scheduler import DeviceMemory, ModelSnapshot
 MODEL_STATES = ("unloaded", "loading", "ready", "unloading", "failed")
 
 
+def gauge(name: str, labels: str, text: str) -> GaugeMetricFamily:
+    """A gauge family; `labels` space-separated."""
+    return GaugeMetricFamily(name, text, labels=labels.split())
+
+
+def counter(name: str, labels: str, text: str) -> CounterMetricFamily:
+    return CounterMetricFamily(name, text, labels=labels.split())
+
+
 def model_families(models: list[ModelSnapshot]) -> list[Metric]:
-    running = GaugeMetricFamily(
-        "inferno_requests_running", "Requests holding a permit on the model (in its engine).", labels=["model"]
-    )
-    waiting = GaugeMetricFamily(
-        "inferno_requests_waiting",
-        "Requests queued in the server for a permit or for the model's load: the queue depth.",
-        labels=["model"],
-    )
-    state = GaugeMetricFamily(
-        "inferno_model_state", "1 for the model's current state, 0 for the others.", labels=["model", "state"]
-    )
-    info = GaugeMetricFamily("inferno_model_info", "Always 1; the model's backend as a label.", labels=["model", "backend"])
-    memory = GaugeMetricFamily(
-        "inferno_model_memory_bytes",
-        "The model's footprint on its device in bytes: measured while loaded, the scheduler's estimate otherwise.",
-        labels=["model"],
-    )
-    idle = GaugeMetricFamily(
-        "inferno_model_idle_seconds", "Seconds since the model last finished a request.", labels=["model"]
-    )
-    pool = GaugeMetricFamily(
-        "inferno_generation_logits_pool_bytes",
-        "Pinned host RAM of the model's generation logits pool (trtllm, generation_logits on): its size, and what its "
-        "admitted top_logprobs requests hold of it.",
-        labels=["model", "kind"],
-    )
-    kept = GaugeMetricFamily(
-        "inferno_kept_weights_bytes",
-        "Host RAM holding the model's weights while it is unloaded, for its next load (0: not kept).",
-        labels=["model"],
-    )
-    failures = CounterMetricFamily(
-        "inferno_model_load_failures", "Model loads that failed since the server started.", labels=["model"]
-    )
+    running = gauge("inferno_requests_running", "model",
+                    "Requests holding a permit on the model (in its engine).")
+    waiting = gauge("inferno_requests_waiting", "model",
+                    "Requests queued in the server for a permit or for the model's load: the queue depth.")
+    state = gauge("inferno_model_state", "model state", "1 for the model's current state, 0 for the others.")
+    info = gauge("inferno_model_info", "model backend", "Always 1; the model's backend as a label.")
+    memory = gauge("inferno_model_memory_bytes", "model",
+        "The model's footprint on its device in bytes: measured while loaded, the scheduler's estimate otherwise.")
+    idle = gauge("inferno_model_idle_seconds", "model", "Seconds since the model last finished a request.")
+    pool = gauge("inferno_generation_logits_pool_bytes", "model kind",
+                 "Pinned host RAM of the model's generation logits pool (trtllm, generation_logits on): its size, "
+                 "and what its admitted top_logprobs requests hold of it.")
+    kept = gauge("inferno_kept_weights_bytes", "model",
+        "Host RAM holding the model's weights while it is unloaded, for its next load (0: not kept).")
+    failures = counter("inferno_model_load_failures", "model",
+                       "Model loads that failed since the server started.")
     for model in models:
         running.add_metric([model.name], model.running)
         waiting.add_metric([model.name], model.queued)
@@ -67,19 +58,11 @@ def model_families(models: list[ModelSnapshot]) -> list[Metric]:
 
 
 def device_families(devices: list[DeviceMemory]) -> list[Metric]:
-    total = GaugeMetricFamily(
-        "inferno_device_memory_total_bytes", "Memory capacity of the device in bytes.", labels=["device"]
-    )
-    used = GaugeMetricFamily(
-        "inferno_device_memory_used_bytes",
-        "Memory in use on the device in bytes, by every process (NVML for GPUs, RAM for the CPU).",
-        labels=["device"],
-    )
-    reserved = GaugeMetricFamily(
-        "inferno_device_memory_reserved_bytes",
-        "Device memory in bytes the scheduler holds back from models.",
-        labels=["device"],
-    )
+    total = gauge("inferno_device_memory_total_bytes", "device", "Memory capacity of the device in bytes.")
+    used = gauge("inferno_device_memory_used_bytes", "device",
+                 "Memory in use on the device in bytes, by every process (NVML for GPUs, RAM for the CPU).")
+    reserved = gauge("inferno_device_memory_reserved_bytes", "device",
+                     "Device memory in bytes the scheduler holds back from models.")
     for device in devices:
         total.add_metric([device.device], device.total_bytes)
         used.add_metric([device.device], device.used_bytes)

@@ -59,14 +59,6 @@ class ToolCall:
     name: str
     arguments: str  # JSON text
 
-    def to_openai(self) -> dict:
-        """`message.tool_calls[i]` of a chat completion."""
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
-
 
 def delta_of(event: ToolCallStart | ToolCallArguments) -> dict:
     """`delta.tool_calls[i]` of a streamed chunk: id, type and name once, then argument fragments."""
