@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 
 import pytest
 
@@ -82,3 +83,52 @@ def test_channel_over_a_socket_pair():
         return first, second
 
     assert asyncio.run(go()) == ({"kind": "submit", "n": 1}, {"kind": "cancel", "n": 2})
+
+
+def test_the_workers_channel_sends_whole_frames_in_order_from_many_threads():
+    """The worker's side writes from its engine thread and its event loop at once: every frame arrives whole, and
+    each thread's in the order it sent them, including frames larger than the socket holds (the sender waits)."""
+    async def go():
+        left, right = socket.socketpair()
+        sender, receiver = await Channel.open(left, any_thread=True), await Channel.open(right)
+
+        def send_all(thread: int) -> None:
+            for seq in range(100):
+                sender.send({"kind": "step", "thread": thread, "seq": seq, "pad": "x" * (seq * 7919 % 700_000)})
+
+        threads = [threading.Thread(target=send_all, args=(t,)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        frames = [await asyncio.wait_for(receiver.recv(), 30) for _ in range(400)]
+        for thread in threads:
+            thread.join()
+        sender.close()
+        receiver.close()
+        return frames
+
+    frames = asyncio.run(go())
+    for thread in range(4):
+        mine = [f for f in frames if f["thread"] == thread]
+        assert [f["seq"] for f in mine] == list(range(100))
+        assert all(len(f["pad"]) == f["seq"] * 7919 % 700_000 for f in mine)
+
+
+def test_the_workers_channel_waits_while_the_socket_is_full_and_fails_once_the_other_side_left():
+    async def go():
+        left, right = socket.socketpair()
+        sender, receiver = await Channel.open(left, any_thread=True), await Channel.open(right)
+        big = {"kind": "step", "pad": "y" * 8_000_000}  # far more than a socket pair buffers
+        sending = threading.Thread(target=sender.send, args=(big,))
+        sending.start()
+        await asyncio.sleep(0.3)
+        waited = sending.is_alive()  # nothing read yet: the sender is still waiting for room
+        received = await asyncio.wait_for(receiver.recv(), 30)
+        sending.join(30)
+        receiver.close()
+        await asyncio.sleep(0.05)
+        with pytest.raises(ChannelClosed):
+            for _ in range(100):  # the first writes may still fit the buffer of a socket closing
+                sender.send({"kind": "step", "pad": "z" * 100_000})
+        return waited, len(received["pad"]), sending.is_alive()
+
+    assert asyncio.run(go()) == (True, 8_000_000, False)

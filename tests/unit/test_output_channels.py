@@ -5,6 +5,7 @@ repeated call ending the request in the engine, through the worker's own step pa
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from tokenizers import Tokenizer
@@ -161,3 +162,26 @@ def test_the_worker_ends_the_request_in_the_engine_at_a_repeated_call(tokenizer)
     assert backend.cancelled == ["r"]
     assert rows[-1].finish is FinishReason.TOOL_CALLS
     assert [json.loads(c["arguments"])["city"] for c in calls(rows)] == ["Paris"]
+
+
+class DeliveringBackend(RecordingBackend):
+    """An engine whose own thread answers before `submit` has returned, as the llamacpp engine thread can."""
+
+    def __init__(self):
+        super().__init__()
+        self.outputs = None
+
+    def submit(self, request):
+        done = threading.Thread(target=self.outputs.step, args=([TokenDelta(request.id, [42], FinishReason.LENGTH)],))
+        done.start()
+        done.join()
+
+
+def test_a_step_delivered_from_the_engine_thread_before_submit_returns_is_sent(tokenizer):
+    backend, channel = DeliveringBackend(), RecordingChannel()
+    worker = Worker(channel, backend, tokenizer, tokenizer.get_vocab_size(with_added_tokens=True))
+    backend.outputs = worker
+    worker._submit(EngineRequest("r", (1,), 1))
+    rows = [TextDelta.from_wire(row) for frame in channel.frames for row in decode_from_worker(frame).rows]
+    assert [(row.request_id, row.num_tokens, row.finish) for row in rows] == [("r", 1, FinishReason.LENGTH)]
+    assert worker.any_thread
