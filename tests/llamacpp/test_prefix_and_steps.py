@@ -6,7 +6,14 @@ from __future__ import annotations
 from orchestrator.backends.llamacpp.backend import kv_layout
 from orchestrator.backends.llamacpp.cache import RamPromptCache, Slot, common_prefix, place, worth_saving
 from orchestrator.backends.llamacpp.step import plan_step
-from orchestrator.backends.llamacpp.threads import RETRY_EVERY, TRIES, TRY_TOKENS, ThreadTuner, size_class
+from orchestrator.backends.llamacpp.threads import (
+    PROBE_EVERY,
+    RETRY_EVERY,
+    TRIES,
+    TRY_TOKENS,
+    ThreadTuner,
+    size_class,
+)
 
 
 def test_common_prefix():
@@ -132,6 +139,21 @@ def test_the_slower_count_is_timed_again_after_a_while_since_load_changes():
     run_steps(tuner, 1, {1: 0.007, 2: 0.070}, RETRY_EVERY - 1)
     later = run_steps(tuner, 1, {1: 0.090, 2: 0.010}, 2 * TRIES + 10)  # the machine got busier: now 2 wins
     assert 2 in later[:TRIES] and later[-10:] == [2] * 10
+
+
+def test_a_count_timed_while_the_machine_was_busy_is_tried_again_once_a_probe_finds_it_faster():
+    tuner = ThreadTuner.default(cores=2)
+    busy = run_steps(tuner, 1, {1: 0.040, 2: 0.090}, 2 * TRIES)  # something else took a core: 1 thread won
+    assert sorted(busy) == [1] * TRIES + [2] * TRIES
+    calm = run_steps(tuner, 1, {1: 0.039, 2: 0.019}, PROBE_EVERY + 2 * TRIES)
+    assert calm[: PROBE_EVERY - 2 * TRIES - 1] == [1] * (PROBE_EVERY - 2 * TRIES - 1)
+    assert calm[-TRIES:] == [2] * TRIES  # the probe on 2 threads was much faster: tried again, and kept
+
+
+def test_a_probe_that_agrees_with_the_timings_changes_nothing():
+    tuner = ThreadTuner.default(cores=2)
+    chosen = run_steps(tuner, 1, {1: 0.039, 2: 0.019}, 2 * TRIES + 2 * PROBE_EVERY)
+    assert chosen[2 * TRIES :].count(1) == 2  # one probe per PROBE_EVERY steps, on the slower count
 
 
 def test_steps_too_large_to_try_run_on_the_best_count_known():

@@ -7,7 +7,9 @@ tok/s with 1 thread and 14.3 with 2, sixteen at 186.2 and 328.6; on another, one
 (docs/llamacpp.md, "Threads"). No fixed rule is right on both. So the engine times each candidate count on steps
 of each size class (1, 2-3, 4-7, 8-15, 16-31, 32 and more tokens), interleaved, `TRIES` steps each, then runs
 that class on the faster (by median time per token), and every `RETRY_EVERY` steps of the class times the others
-again, since the machine's load changes. Steps of more than `TRY_TOKENS` tokens are never tries: one on the
+again, since the machine's load changes; sooner where one step on another count, every `PROBE_EVERY` steps, finds
+it much faster than its timings say (tries made while something else took a core pick the count that suffers
+least from that, and would keep it long after). Steps of more than `TRY_TOKENS` tokens are never tries: one on the
 slower count costs its whole length (a 600-token step took a second longer on 1 thread than on 2), so they run
 on the fastest count timed so far, or on the most threads before any is. `--worker.threads N` runs every step
 on N.
@@ -22,6 +24,8 @@ SIZE_CLASSES = 6  # steps of 1, 2-3, 4-7, 8-15, 16-31, 32+ tokens
 TRIES = 8  # steps each candidate is timed on, per size class, before the faster one is kept
 RETRY_EVERY = 4096  # steps of a class after which the slower candidates are timed again
 TRY_TOKENS = 256  # larger steps run on the best count known, never as a try
+PROBE_EVERY = 512  # steps of a tried class between single steps on another count (0.2% of steps, on the slower)
+STALE = 0.75  # a probe faster than this times the count's median: the machine changed since those were timed
 RECHOOSE_EVERY = TRIES  # steps of a tried class between looks at its medians (~50 µs a look after a decode)
 
 
@@ -68,8 +72,11 @@ class ThreadTuner:
             best = pick(self.candidates, times)
             self._times[k] = times = {best: times[best]}
             self._kept[k] = None
-        if self._kept[k] is not None and self._steps[k] % RECHOOSE_EVERY:
-            return self._kept[k]
+        kept = self._kept[k]
+        if kept is not None and self._steps[k] % PROBE_EVERY == 0 and tokens <= TRY_TOKENS:
+            return next(c for c in self.candidates if c != kept)  # one step: are its timings out of date?
+        if kept is not None and self._steps[k] % RECHOOSE_EVERY:
+            return kept
         if tokens > TRY_TOKENS:
             timed = [c for c in self.candidates if times.get(c)]
             return min(timed, key=lambda c: statistics.median(times[c])) if timed else self.most
@@ -81,8 +88,12 @@ class ThreadTuner:
     def observe(self, tokens: int, threads: int, seconds: float) -> None:
         """A step of `tokens` tokens took `seconds` on `threads` threads."""
         if len(self.candidates) > 1 and tokens > 0:
-            times = self._times[size_class(tokens)].setdefault(threads, deque(maxlen=TRIES))
-            times.append(seconds / tokens)
+            k, per_token = size_class(tokens), seconds / tokens
+            times = self._times[k].setdefault(threads, deque(maxlen=TRIES))
+            if self._kept[k] not in (None, threads) and per_token < STALE * statistics.median(times):
+                times.clear()  # a probe ran much faster than this count's timings say: time it again in full
+                self._kept[k] = None
+            times.append(per_token)
 
     def describe(self) -> str:
         if len(self.candidates) == 1:
