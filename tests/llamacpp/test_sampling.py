@@ -214,3 +214,13 @@ def test_a_row_whose_sampling_raises_fails_alone_and_the_others_are_chosen():
     assert choices[0].token == 7 and choices[0].error is None
     assert choices[1].error == "sampling failed: RuntimeError: matcher state lost"
     assert choices[2].error is None and choices[2].token == sample(logits(13), [sampler(sampled.request.sampling)])[0].token
+
+
+@pytest.mark.parametrize("best", [(7,), (7, 3)])
+def test_a_plain_greedy_row_without_a_finite_logit_fails_that_row_alone(best):
+    matrix = logits(*best)
+    matrix[0] = np.nan
+    choices = sample(matrix, [sampler() for _ in best])
+    assert choices[0].error == "no token is allowed at this position"
+    assert [c.token for c in choices[1:]] == list(best[1:]) and all(c.error is None for c in choices[1:])
+    assert [c.token for c in sample(logits(*best), [sampler() for _ in best])] == list(best)
