@@ -150,6 +150,16 @@ def test_a_count_timed_while_the_machine_was_busy_is_tried_again_once_a_probe_fi
     assert calm[-TRIES:] == [2] * TRIES  # the probe on 2 threads was much faster: tried again, and kept
 
 
+def test_larger_steps_are_not_tried_once_smaller_ones_run_on_every_thread():
+    tuner = ThreadTuner.default(cores=2)
+    assert run_steps(tuner, 64, {1: 0.05, 2: 0.04}, 2) == [1, 2]  # nothing settled yet: prompts try both
+    run_steps(tuner, 1, {1: 0.039, 2: 0.019}, 2 * TRIES + 1)  # single tokens settle on 2 threads
+    assert run_steps(tuner, 64, {1: 0.05, 2: 0.04}, 2 * TRIES) == [2] * 2 * TRIES
+    other = ThreadTuner.default(cores=2)
+    run_steps(other, 1, {1: 0.019, 2: 0.039}, 2 * TRIES + 1)  # single tokens settle on 1 thread
+    assert sorted(run_steps(other, 64, {1: 0.05, 2: 0.04}, 2 * TRIES)) == [1] * TRIES + [2] * TRIES
+
+
 def test_a_probe_that_agrees_with_the_timings_changes_nothing():
     tuner = ThreadTuner.default(cores=2)
     chosen = run_steps(tuner, 1, {1: 0.039, 2: 0.019}, 2 * TRIES + 2 * PROBE_EVERY)

@@ -11,8 +11,10 @@ again, since the machine's load changes; sooner where one step on another count,
 it much faster than its timings say (tries made while something else took a core pick the count that suffers
 least from that, and would keep it long after). Steps of more than `TRY_TOKENS` tokens are never tries: one on the
 slower count costs its whole length (a 600-token step took a second longer on 1 thread than on 2), so they run
-on the fastest count timed so far, or on the most threads before any is. `--worker.threads N` runs every step
-on N.
+on the fastest count timed so far, or on the most threads before any is. Nor is a class tried while the nearest
+smaller class that settled runs on the most threads: a larger step spreads better over threads than a smaller one
+(on the machines measured, the smaller steps were the ones faster on fewer), and a prompt's step on the slower
+count costs tens of milliseconds of its time to first token. `--worker.threads N` runs every step on N.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ class ThreadTuner:
             return next(c for c in self.candidates if c != kept)  # one step: are its timings out of date?
         if kept is not None and self._steps[k] % RECHOOSE_EVERY:
             return kept
+        below = [c for c in self._kept[:k] if c is not None]
+        if kept is None and below and below[-1] == self.most:
+            return self.most  # smaller steps run faster on every thread: larger ones gain more from them, untried
         if tokens > TRY_TOKENS:
             timed = [c for c in self.candidates if times.get(c)]
             return min(timed, key=lambda c: statistics.median(times[c])) if timed else self.most
