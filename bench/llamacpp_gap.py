@@ -114,7 +114,8 @@ async def run(args: argparse.Namespace) -> dict:
                 "decode_ms_p50": round(statistics.median(end - start for start, end in steps) * 1e3, 2),
                 "gap_us_p50": round(statistics.median(gaps) * 1e6),
                 "gap_us_mean": round(statistics.mean(gaps) * 1e6),
-                "parts_us_p50": {name: round(statistics.median(times) * 1e6) for name, times in parts.items() if times},
+                "parts_us_p50": {name: round(statistics.median(times) * 1e6)
+                                 for name, times in parts.items() if times},
             })
             await asyncio.sleep(0.05)
     finally:

@@ -172,7 +172,8 @@ class DeliveringBackend(RecordingBackend):
         self.outputs = None
 
     def submit(self, request):
-        done = threading.Thread(target=self.outputs.step, args=([TokenDelta(request.id, [42], FinishReason.LENGTH)],))
+        final = TokenDelta(request.id, [42], FinishReason.LENGTH)
+        done = threading.Thread(target=self.outputs.step, args=([final],))
         done.start()
         done.join()
 

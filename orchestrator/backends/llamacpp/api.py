@@ -229,7 +229,9 @@ class Context:
         thread)."""
         size = self._lib.llama_state_seq_get_size(self.handle, seq)
         state = bytearray(size)
-        written = self._lib.llama_state_seq_get_data(self.handle, (ctypes.c_uint8 * size).from_buffer(state), size, seq)
+        into = (ctypes.c_uint8 * size).from_buffer(state)
+        written = self._lib.llama_state_seq_get_data(self.handle, into, size, seq)
+        del into  # the buffer may be resized only once no view of it is left
         del state[written:]
         return state
 

@@ -2,11 +2,11 @@
 
 One llama.cpp context holds every sequence, in KV cells bought by the byte budget the server assigns: a stream
 per sequence slot when the budget holds every slot at full length, else one pool shared by all (`kv_layout`);
-the engine loop (llamacpp/engine.py) runs one batched `llama_decode` per step on its own thread and
-hands each step's deltas over in one `EngineOutputs.step` call, made on that thread where the outputs take calls
-from any thread (the worker's do), else on the worker's event loop. Sampling is per sequence, in numpy (llamacpp/sampling.py); prefixes are reused from
-free sequence slots and from a host-RAM prompt cache (llamacpp/cache.py). Every llama.cpp call lives in
-llamacpp/api.py.
+the engine loop (llamacpp/engine.py) runs one batched `llama_decode` per step on its own thread and hands each
+step's deltas over in one `EngineOutputs.step` call, made on that thread where the outputs take calls from any
+thread (the worker's do), else on the worker's event loop. Sampling is per sequence, in numpy
+(llamacpp/sampling.py); prefixes are reused from free sequence slots and from a host-RAM prompt cache
+(llamacpp/cache.py). Every llama.cpp call lives in llamacpp/api.py.
 """
 
 from __future__ import annotations
