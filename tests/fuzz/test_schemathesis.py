@@ -130,6 +130,8 @@ def test_schemathesis_finds_no_server_error_and_no_answer_outside_the_document(l
     assert not failures, f"{len(failures)} failed checks in {sent} requests; kinds {kinds}; first ones:\n" + \
         "\n".join(failures[:8])
     # Both kinds were exercised for every operation: bodies served (their answers checked against the document's
-    # 200) and bodies refused (checked against its error shape).
+    # 200) and bodies refused (checked against its error shape). A refusal may come from either mode: bodies that
+    # follow the document are often all served (an operation whose document says all there is to say).
     assert all(200 in answers for (_, mode), answers in statuses.items() if mode == POSITIVE.value), tally
-    assert all(any(400 <= status < 500 for status in answers) for answers in statuses.values()), tally
+    refused = {label for (label, _), answers in statuses.items() if any(400 <= status < 500 for status in answers)}
+    assert refused == {label for label, _ in statuses}, tally
