@@ -160,6 +160,15 @@ def test_larger_steps_are_not_tried_once_smaller_ones_run_on_every_thread():
     assert sorted(run_steps(other, 64, {1: 0.05, 2: 0.04}, 2 * TRIES)) == [1] * TRIES + [2] * TRIES
 
 
+def test_a_class_that_never_settled_reaches_its_retry_and_goes_on():
+    """Prompt steps that are never tried (smaller steps run on every thread; or all longer than TRY_TOKENS) still
+    count towards the retry, which must not need timings of every count."""
+    tuner = ThreadTuner.default(cores=2)
+    run_steps(tuner, 1, {1: 0.039, 2: 0.019}, 2 * TRIES + 1)
+    assert set(run_steps(tuner, 64, {1: 1.0, 2: 0.5}, RETRY_EVERY + 10)) == {2}
+    assert set(run_steps(ThreadTuner.default(cores=2), TRY_TOKENS + 1, {1: 1.0, 2: 0.5}, RETRY_EVERY + 10)) == {2}
+
+
 def test_a_probe_that_agrees_with_the_timings_changes_nothing():
     tuner = ThreadTuner.default(cores=2)
     chosen = run_steps(tuner, 1, {1: 0.039, 2: 0.019}, 2 * TRIES + 2 * PROBE_EVERY)

@@ -70,11 +70,10 @@ class ThreadTuner:
         k = size_class(tokens)
         self._steps[k] += 1
         times = self._times[k]
-        if self._steps[k] % RETRY_EVERY == 0:
-            best = pick(self.candidates, times)
-            self._times[k] = times = {best: times[best]}
-            self._kept[k] = None
         kept = self._kept[k]
+        if self._steps[k] % RETRY_EVERY == 0:  # the others are timed again; a class never settled starts afresh
+            self._times[k] = times = {kept: times[kept]} if kept is not None else {}
+            self._kept[k] = kept = None
         if kept is not None and self._steps[k] % PROBE_EVERY == 0 and tokens <= TRY_TOKENS:
             return next(c for c in self.candidates if c != kept)  # one step: are its timings out of date?
         if kept is not None and self._steps[k] % RECHOOSE_EVERY:
