@@ -90,13 +90,13 @@ def worth_saving(tokens: list[int], saved: list[tuple[int, ...]]) -> bool:
 
 
 class RamPromptCache:
-    """Sequence states (KV cells copied to host memory) by their cache salt and tokens, least recently used
-    evicted first."""
+    """Sequence states (KV cells copied to host memory, as `Context.seq_state` writes them: writable buffers that
+    `set_seq_state` reads in place) by their cache salt and tokens, least recently used evicted first."""
 
     def __init__(self, budget_bytes: int):
         self.budget_bytes = budget_bytes
         self.bytes = 0
-        self._entries: OrderedDict[tuple[str, tuple[int, ...]], bytes] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, tuple[int, ...]], bytearray] = OrderedDict()
 
     def keys(self, salt: str) -> list[tuple[int, ...]]:
         """The tokens of every entry of cache salt `salt`."""
@@ -105,7 +105,7 @@ class RamPromptCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def put(self, salt: str, tokens: tuple[int, ...], state: bytes) -> None:
+    def put(self, salt: str, tokens: tuple[int, ...], state: bytearray) -> None:
         """Keep `state`; entries of the salt whose tokens are a prefix of `tokens` are dropped (this one covers
         them)."""
         if len(state) > self.budget_bytes:
@@ -118,7 +118,7 @@ class RamPromptCache:
             _, dropped = self._entries.popitem(last=False)
             self.bytes -= len(dropped)
 
-    def take(self, salt: str, tokens: tuple[int, ...]) -> bytes:
+    def take(self, salt: str, tokens: tuple[int, ...]) -> bytearray:
         """The state saved for exactly `tokens` of `salt`, marked as recently used."""
         self._entries.move_to_end((salt, tokens))
         return self._entries[(salt, tokens)]
