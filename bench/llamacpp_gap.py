@@ -106,8 +106,7 @@ async def run(args: argparse.Namespace) -> dict:
             prompt = tuple(range(100 + index, 164 + index))  # a prompt of its own: no prefix from the last one
             worker._submit(EngineRequest(f"gap-{index}", prompt, args.tokens, SamplingParams(temperature=0.0),
                                          ignore_eos=True))
-            while not finished.is_set():
-                await asyncio.sleep(0.005)
+            await asyncio.to_thread(finished.wait)
             steps = decodes[1:]  # the first decode is the prompt's
             gaps = [later[0] - earlier[1] for earlier, later in itertools.pairwise(steps)]
             results.append({

@@ -120,12 +120,12 @@ def test_the_workers_channel_waits_while_the_socket_is_full_and_fails_once_the_o
         big = {"kind": "step", "pad": "y" * 8_000_000}  # far more than a socket pair buffers
         sending = threading.Thread(target=sender.send, args=(big,))
         sending.start()
-        await asyncio.sleep(0.3)
+        sending.join(0.3)  # a send that queued the frame and returned (as asyncio's transport does) ends here
         waited = sending.is_alive()  # nothing read yet: the sender is still waiting for room
         received = await asyncio.wait_for(receiver.recv(), 30)
         sending.join(30)
         receiver.close()
-        await asyncio.sleep(0.05)
+        await receiver._writer.wait_closed()  # the socket is closed once the transport has let it go
         with pytest.raises(ChannelClosed):
             for _ in range(100):  # the first writes may still fit the buffer of a socket closing
                 sender.send({"kind": "step", "pad": "z" * 100_000})
