@@ -16,13 +16,13 @@ from build_scripts.catalogue import RecipeError, load_catalogue
 from build_scripts.cli import build_command
 from build_scripts.environment import MISSING, Environment
 from build_scripts.gguf_engine import CHECK_FILE, MODEL_FILE, plan_gguf, write_gguf_manifest
+from build_scripts.gguf_requantize import FILE_TYPES
 from build_scripts.plan import BuildContext
 from build_scripts.preflight import preflight
 from build_scripts.recipe import GgufType
 from build_scripts.requirements import GGUF_TYPE_BYTES
 from build_scripts.sources import resolve_checkpoint
 from build_scripts.spec import BuildOptions, resolve_spec
-from orchestrator.backends.llamacpp.api import FILE_TYPES
 from orchestrator.backends.llamacpp.backend import kv_layout
 from orchestrator.engine.manifest import MANIFEST_FILE, EngineManifest, load_manifest
 from tests.conftest import ROOT, build_engine
