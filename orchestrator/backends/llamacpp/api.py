@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,13 +65,35 @@ class GgufFacts:
     eog_tokens: tuple[int, ...]  # every token llama.cpp treats as end of generation
 
 
+def _anonymous_mappings() -> set[tuple[int, ...]]:
+    """This process's anonymous mappings (no file, no name), as (start, end) addresses."""
+    with open("/proc/self/maps") as maps:
+        return {tuple(int(at, 16) for at in line.split()[0].split("-")) for line in maps if len(line.split()) == 5}
+
+
 class Model:
-    """A loaded GGUF model (weights in host memory, mmapped)."""
+    """A loaded GGUF model. Its weights are read into memory of the process's own, not mapped from the file, and
+    that memory is asked for 2 MiB pages (`madvise(MADV_HUGEPAGE)`, which the kernel grants unless transparent huge
+    pages are off): a decode reads every weight, and the page cache maps a file in 4 KiB pages, so each 4 KiB of
+    weights was a TLB miss per pass (decodes 10-15% slower on the embedded default)."""
 
     def __init__(self, path: Path, vocab_only: bool = False):
         lib = bindings()
         params = lib.llama_model_default_params()
         params.vocab_only = vocab_only
+        params.load_mode = lib.LLAMA_LOAD_MODE_NONE
+        # llama.cpp calls `first_read` before it reads each tensor into its buffer. At the first call every buffer is
+        # allocated and none written: the anonymous mappings made since `before` are the weights', and asked for huge
+        # pages now, they are faulted in as 2 MiB pages while the file is read into them.
+        before, libc = _anonymous_mappings(), ctypes.CDLL(None)
+
+        def first_read(_progress: float, _user) -> bool:
+            for start, end in _anonymous_mappings() - before if before else ():
+                libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_HUGEPAGE)
+            before.clear()
+            return True
+
+        params.progress_callback = lib.llama_progress_callback(first_read)  # kept alive by params
         self._lib = lib
         self.handle = lib.llama_model_load_from_file(str(path).encode(), params)
         if not self.handle:
@@ -111,21 +134,6 @@ class Model:
         if self.handle:
             self._lib.llama_model_free(self.handle)
             self.handle = None
-
-
-FILE_TYPES = {"F32": "LLAMA_FTYPE_ALL_F32", "F16": "LLAMA_FTYPE_MOSTLY_F16", "BF16": "LLAMA_FTYPE_MOSTLY_BF16"}
-
-
-def requantize(source: Path, target: Path, file_type: str) -> None:
-    """Write `source`'s weights to `target` as one of FILE_TYPES, converting quantised tensors too
-    (allow_requantize, as `llama-quantize --allow-requantize`), with a thread per core (nthread 0)."""
-    lib = bindings()
-    params = lib.llama_model_quantize_default_params()
-    params.ftype = getattr(lib, FILE_TYPES[file_type])
-    params.allow_requantize = True
-    params.nthread = 0
-    if lib.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)) != 0:
-        raise RuntimeError(f"llama.cpp could not write {source} as {file_type} to {target}")
 
 
 @dataclass(frozen=True)
