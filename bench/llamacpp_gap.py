@@ -7,7 +7,9 @@ thread drains, as the HTTP process would. Requests run one at a time (concurrenc
 Each `llama_decode` is timed, and the time between the end of one and the start of the next is the gap: everything
 the engine thread does per step besides computing it (sampling, keeping the token, the worker's detokenising and
 step frame, the next batch). With `--parts`, each part of the engine loop and of the worker's step is timed too
-(the timers add a little to the gap). Prints one JSON object: per request, decode and gap medians in ms and µs.
+(the timers add a little to the gap). Prints one JSON object: per request, the prompt's decode (and the wait before
+it and the gap after it) in ms, decode and gap medians in ms and µs, and each part's median and largest time in µs
+(a finished sequence's state copy, `_save_retired`, is counted with its request).
 """
 
 from __future__ import annotations
@@ -104,19 +106,24 @@ async def run(args: argparse.Namespace) -> dict:
             parts.clear()
             finished.clear()
             prompt = tuple(range(100 + index, 164 + index))  # a prompt of its own: no prefix from the last one
+            submitted = time.perf_counter()
             worker._submit(EngineRequest(f"gap-{index}", prompt, args.tokens, SamplingParams(temperature=0.0),
                                          ignore_eos=True))
             await asyncio.to_thread(finished.wait)
+            await asyncio.sleep(0.05)  # the finished sequence's state is saved after its last row
             steps = decodes[1:]  # the first decode is the prompt's
             gaps = [later[0] - earlier[1] for earlier, later in itertools.pairwise(steps)]
             results.append({
+                "prompt_ms": {"wait": round((decodes[0][0] - submitted) * 1e3, 2),
+                              "decode": round((decodes[0][1] - decodes[0][0]) * 1e3, 2),
+                              "to_next_decode": round((decodes[1][0] - decodes[0][1]) * 1e3, 2)},
                 "decode_ms_p50": round(statistics.median(end - start for start, end in steps) * 1e3, 2),
                 "gap_us_p50": round(statistics.median(gaps) * 1e6),
                 "gap_us_mean": round(statistics.mean(gaps) * 1e6),
                 "parts_us_p50": {name: round(statistics.median(times) * 1e6)
                                  for name, times in parts.items() if times},
+                "parts_us_max": {name: round(max(times) * 1e6) for name, times in parts.items() if times},
             })
-            await asyncio.sleep(0.05)
     finally:
         await backend.close()
     return {"engine": str(args.engine), "tokens": args.tokens, "threads": engine._ctx.threads, "requests": results}

@@ -3,8 +3,8 @@
 The HTTP process maps each file read-only and shared, asks the kernel to read it in (`posix_fadvise` and
 `madvise(MADV_WILLNEED)`), and pins it with `mlock` where the process may (RLIMIT_MEMLOCK, or CAP_IPC_LOCK). Where it
 may not, the mapping stays and the file is read through once, so its pages are in the page cache, but the kernel may
-drop them under memory pressure (`pinned` is False); keeping never fails for it. A next load of the model maps the same
-files (llama.cpp and safetensors map them; TensorRT-LLM reads them), so it finds their pages in memory.
+drop them under memory pressure (`pinned` is False); keeping never fails for it. A next load of the model reads the same
+files (safetensors maps them; llama.cpp and TensorRT-LLM read them), so it finds their pages in memory.
 
 Reading in and pinning run on a thread, a chunk at a time, so the event loop is never held and a drop stops them
 within a chunk. Dropping unmaps the files (which unlocks them). Which files a model keeps and whether it may keep them
