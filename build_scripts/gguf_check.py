@@ -60,7 +60,7 @@ def check(gguf_path: Path, tokenizer_path: Path) -> dict:
     from orchestrator.backends.llamacpp.api import Model, binding_version
 
     meta = gguf_metadata(gguf_path)
-    model = Model(gguf_path)
+    model = Model(gguf_path, mapped=True)  # the facts and the tokenizer: no weight is read
     try:
         facts = model.facts()
         problems = tokenizer_disagreements(model, tokenizer_path)

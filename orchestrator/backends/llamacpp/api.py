@@ -77,11 +77,12 @@ class Model:
     pages are off): a decode reads every weight, and the page cache maps a file in 4 KiB pages, so each 4 KiB of
     weights was a TLB miss per pass (decodes 10-15% slower on the embedded default)."""
 
-    def __init__(self, path: Path, vocab_only: bool = False):
+    def __init__(self, path: Path, vocab_only: bool = False, mapped: bool = False):
+        """`mapped`: map the file instead, for a load that reads few of its weights (the build's check)."""
         lib = bindings()
         params = lib.llama_model_default_params()
         params.vocab_only = vocab_only
-        params.load_mode = lib.LLAMA_LOAD_MODE_NONE
+        params.load_mode = lib.LLAMA_LOAD_MODE_MMAP if mapped else lib.LLAMA_LOAD_MODE_NONE
         # llama.cpp calls `first_read` before it reads each tensor into its buffer. At the first call every buffer is
         # allocated and none written: the anonymous mappings made since `before` are the weights', and asked for huge
         # pages now, they are faulted in as 2 MiB pages while the file is read into them.
