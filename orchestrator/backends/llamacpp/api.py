@@ -75,7 +75,7 @@ class Model:
     """A loaded GGUF model. Its weights are read into memory of the process's own, not mapped from the file, and
     that memory is asked for 2 MiB pages (`madvise(MADV_HUGEPAGE)`, which the kernel grants unless transparent huge
     pages are off): a decode reads every weight, and the page cache maps a file in 4 KiB pages, so each 4 KiB of
-    weights was a TLB miss per pass (decodes 10-15% slower on the embedded default)."""
+    weights was a TLB miss per pass (single-token decodes 10-12% slower on the embedded default)."""
 
     def __init__(self, path: Path, vocab_only: bool = False, mapped: bool = False):
         """`mapped`: map the file instead, for a load that reads few of its weights (the build's check)."""
