@@ -89,9 +89,10 @@ class Model:
         before, libc = _anonymous_mappings(), ctypes.CDLL(None)
 
         def first_read(_progress: float, _user) -> bool:
-            for start, end in _anonymous_mappings() - before if before else ():
-                libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_HUGEPAGE)
-            before.clear()
+            if before:  # the first call
+                for start, end in _anonymous_mappings() - before:
+                    libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_HUGEPAGE)
+                before.clear()
             return True
 
         params.progress_callback = lib.llama_progress_callback(first_read)  # kept alive by params
