@@ -94,6 +94,15 @@ async def run(args: argparse.Namespace) -> dict:
         return status
 
     engine._ctx.decode = timed_decode
+    saved, save_retired = threading.Event(), engine._save_retired
+
+    def save_and_tell() -> None:  # the engine copies a finished sequence's state after handing its last row over
+        copying = bool(engine._retired)
+        save_retired()
+        if copying:
+            saved.set()
+
+    engine._save_retired = save_and_tell
     if args.parts:
         for name in ENGINE_PARTS:
             timed(engine, name, parts)
@@ -105,12 +114,14 @@ async def run(args: argparse.Namespace) -> dict:
             decodes.clear()
             parts.clear()
             finished.clear()
+            saved.clear()
             prompt = tuple(range(100 + index, 164 + index))  # a prompt of its own: no prefix from the last one
             submitted = time.perf_counter()
             worker._submit(EngineRequest(f"gap-{index}", prompt, args.tokens, SamplingParams(temperature=0.0),
                                          ignore_eos=True))
             await asyncio.to_thread(finished.wait)
-            await asyncio.sleep(0.05)  # the finished sequence's state is saved after its last row
+            if engine._ram.budget_bytes:  # its state copied to the RAM prompt cache: counted with this request
+                await asyncio.to_thread(saved.wait, 30)
             steps = decodes[1:]  # the first decode is the prompt's
             gaps = [later[0] - earlier[1] for earlier, later in itertools.pairwise(steps)]
             results.append({
