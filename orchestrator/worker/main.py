@@ -243,6 +243,7 @@ async def _fail_load(channel: Channel, error: InfernoError) -> int:
 async def main_async(fd: int, preload: tuple[str, ...]) -> int:
     channel = await Channel.open(socket.socket(fileno=fd), any_thread=True)
     preload_backends(preload)
+    aio.settle_heap()
     baseline = psutil.Process().memory_info().rss
     while True:
         channel.send(Idle(os.getpid()).to_wire())
@@ -280,7 +281,7 @@ async def _serve(channel: Channel, spec: LoadSpec) -> int:
     watchdog.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await watchdog  # the channel has one reader at a time
-    aio.settle_heap()
+    aio.reclaim_heap()
     channel.send(WorkerReady(os.getpid(), psutil.Process().memory_info().rss, report).to_wire())
     try:
         await worker.serve()
