@@ -136,6 +136,7 @@ def test_a_dry_run_shows_what_would_be_fetched_and_how_big_and_fetches_nothing(w
     assert not (workspace["hf_home"] / "hub" / f"models--{REPO.replace('/', '--')}" / "blobs").exists()
 
 
+@pytest.mark.slow  # whole builds, each 9-11 s on 2 cores
 def test_a_build_fetches_only_what_it_reads_resumes_a_cut_connection_then_finds_it_cached(workspace, hub, tiny_files):
     hub.repos[REPO].cut_once.add("model.safetensors")
     result = build(workspace, hub)
@@ -159,6 +160,7 @@ def test_a_build_fetches_only_what_it_reads_resumes_a_cut_connection_then_finds_
     assert hub.requests == []  # found in the cache: the hub is not asked
 
 
+@pytest.mark.slow  # whole builds, each 9-11 s on 2 cores
 def test_a_build_killed_during_a_file_resumes_it_on_the_next_run_and_keeps_what_it_completed(workspace, hub, tiny_files):
     from huggingface_hub.constants import DOWNLOAD_CHUNK_SIZE
 
@@ -196,6 +198,7 @@ def test_a_build_killed_during_a_file_resumes_it_on_the_next_run_and_keeps_what_
     assert (workspace["engines"] / "tiny-fetched" / "config.json").is_file()
 
 
+@pytest.mark.slow  # whole builds, each 9-11 s on 2 cores
 def test_a_corrupted_file_is_refused_removed_from_the_cache_and_fetched_again(workspace, hub, tiny_files):
     hub.repos[REPO].corrupt.add("model.safetensors")
     result = build(workspace, hub)
