@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.bench import agent_turns
 from orchestrator.bench.agent_turns import parse, run
 
 pytestmark = pytest.mark.e2e
 
 
-def test_the_host_tier_keeps_a_conversation_the_device_cache_lost(sim_engine_dir, tmp_path):
+def test_the_host_tier_keeps_a_conversation_the_device_cache_lost(sim_engine_dir, tmp_path, monkeypatch):
     """Two agents on one model whose KV cache holds one conversation: the second's turn overwrites the first's
-    blocks. Without a host tier the first's next turn starts from nothing; with one its history comes back."""
+    blocks. Without a host tier the first's next turn starts from nothing; with one its history comes back.
+    Only the two variants compared here are run (a server each)."""
+    compared = ("device only", "host tier")
+    monkeypatch.setattr(agent_turns, "VARIANTS", {name: agent_turns.VARIANTS[name] for name in compared})
     scenario = parse([
         "--engines-dir", str(sim_engine_dir.parent), "--model", sim_engine_dir.name, "--models", "1", "--agents", "2",
         "--turns", "2", "--system-words", "200", "--user-words", "40", "--answer-tokens", "8", "--think-s", "1",
