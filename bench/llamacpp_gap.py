@@ -120,8 +120,9 @@ async def run(args: argparse.Namespace) -> dict:
             worker._submit(EngineRequest(f"gap-{index}", prompt, args.tokens, SamplingParams(temperature=0.0),
                                          ignore_eos=True))
             await asyncio.to_thread(finished.wait)
-            if engine._ram.budget_bytes:  # its state copied to the RAM prompt cache: counted with this request
-                await asyncio.to_thread(saved.wait, 30)
+            # its state's copy to the RAM prompt cache is counted with this request, never with the next
+            if engine._ram.budget_bytes and not await asyncio.to_thread(saved.wait, 30):
+                raise RuntimeError("the finished request's state was not copied to the RAM prompt cache in 30 s")
             steps = decodes[1:]  # the first decode is the prompt's
             gaps = [later[0] - earlier[1] for earlier, later in itertools.pairwise(steps)]
             results.append({
