@@ -1,10 +1,15 @@
 """`python -m bench.baselines` as developers run it: `inferno bench` against a real Inferno server with the
-backend driven in-process and the bare SSE server after it, and the bare server alone as the target."""
+backend driven in-process and the bare SSE server after it, each bare server alone as the target, both together,
+and the raw server's answers to what it cannot serve."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+
 import pytest
 
+from bench.baselines import start_bare_sse
 from tests.bench.test_e2e import bench
 from tests.conftest import DEFAULT_MODEL
 
@@ -39,14 +44,64 @@ def test_tiny_run_against_inferno_with_the_in_process_and_bare_sse_baselines(tmp
     assert report["settings"]["baselines"] == {"in-process": {}, "bare-sse": {"step_ms": 0.0, "burst": 1}}
 
 
-def test_the_bare_server_alone_is_the_target(tmp_path):
+@pytest.mark.parametrize(("flag", "kind"), [("--baseline-sse", "bare-sse"), ("--baseline-raw", "raw-sse")])
+def test_a_bare_server_alone_is_the_target(tmp_path, flag, kind):
     report, result = bench(
-        tmp_path, "--baseline-sse", "--endpoint", "chat", "--concurrency", "2", "--requests", "4", "--osl", "6",
+        tmp_path, flag, "--endpoint", "chat", "--concurrency", "2", "--requests", "4", "--osl", "6",
         "--sse-burst", "4", command=BASELINES,
     )
     assert result.returncode == 0, result.stderr
-    assert report["target"]["kind"] == "bare-sse" and report["target"]["burst"] == 4
+    assert report["target"]["kind"] == kind and report["target"]["burst"] == 4
     (row,) = report["rows"]
-    assert (row["series"], row["ok"], row["errors"], row["chunks"]) == ("bare-sse", 4, 0, 4 * 6)
-    assert row["server_cpu"]["processes"][0]["role"] == "bare-sse"
+    assert (row["series"], row["ok"], row["errors"], row["chunks"]) == (kind, 4, 0, 4 * 6)
+    assert row["output_tokens"] == 4 * 6 and row["output_tokens_from"] == "usage"
+    assert row["client"]["events"] == 4 * (1 + 6 + 1)  # the role chunk, one chunk per token, the usage chunk
+    assert row["server_cpu"]["processes"][0]["role"] == kind
     assert report["ratios"] == [] and report["settings"]["baselines"] == {}
+
+
+def test_both_bare_servers_the_aiohttp_one_as_the_target_and_the_raw_one_as_its_baseline(tmp_path):
+    report, result = bench(
+        tmp_path, "--baseline-sse", "--baseline-raw", "--concurrency", "4", "--requests", "8", "--osl", "16",
+        "--floor-rounds", "0", command=BASELINES,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [(row["series"], row["ok"], row["chunks"]) for row in report["rows"]] == [
+        ("bare-sse", 8, 8 * 16), ("raw-sse", 8, 8 * 16)]
+    assert [ratio["of"] for ratio in report["ratios"]] == ["raw-sse"]
+    assert report["settings"]["baselines"] == {"raw-sse": {"step_ms": 0.0, "burst": 1}}
+
+
+def _exchange(address: tuple[str, int], data: bytes) -> bytes:
+    """Send `data` on a new connection and read until the server closes it or 2 s pass without a byte."""
+    with socket.create_connection(address, timeout=2) as conn:
+        conn.sendall(data)
+        received = b""
+        with contextlib.suppress(TimeoutError):
+            while chunk := conn.recv(65536):
+                received += chunk
+    return received
+
+
+def test_the_raw_server_answers_what_it_cannot_serve_with_a_json_error(tmp_path):
+    server = start_bare_sse(step_ms=0, burst=1, log_path=tmp_path / "raw.log", kind="raw-sse")
+    try:
+        host, port = server.api.removeprefix("http://").removesuffix("/v1").split(":")
+        address = (host, int(port))
+        post = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b"
+        not_streamed = b'{"model": "bare-sse", "max_tokens": 3, "messages": []}'
+        answer = _exchange(address, post % (len(not_streamed), not_streamed))
+        assert answer.startswith(b"HTTP/1.1 400 ") and b'"param":"stream"' in answer
+        assert _exchange(address, b"GET /nowhere HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 404 ")
+        refused = _exchange(address, b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+        assert refused.startswith(b"HTTP/1.1 411 ") and b"Connection: close" in refused
+        assert _exchange(address, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+        # Two requests in one send (the second a stream of 3 tokens) are both answered, in order.
+        streamed = b'{"model": "bare-sse", "stream": true, "max_tokens": 3, "prompt": "hi"}'
+        both = _exchange(address, b"GET /v1/models HTTP/1.1\r\n\r\n" + post.replace(b"chat/", b"") % (
+            len(streamed), streamed))
+        assert both.startswith(b"HTTP/1.1 200 OK\r\nContent-Type: application/json") and b'"bare-sse"' in both
+        stream = both[both.index(b"text/event-stream") :]
+        assert stream.count(b'"text":" tok"') == 3 and stream.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+    finally:
+        server.stop()
