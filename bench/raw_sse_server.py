@@ -1,4 +1,4 @@
-"""The leanest SSE server Python can run: the floor for one write per token from Python, without a web framework.
+"""The floor for one write per token from Python: an SSE server with no web framework around its writes.
 
 The bare aiohttp server (sse_server.py) measures the client plus aiohttp. This one measures what is left when
 nothing of a framework is in the way: a uvloop `asyncio.Protocol` that parses just enough HTTP/1.1 (a request
@@ -6,7 +6,7 @@ line, headers, a body of Content-Length bytes, keep-alive) and a step clock whos
 stream's chunks for the tick straight to its transport: no task, future or coroutine per stream or per token.
 The same events as sse_server.py (its `Chunks`), the same tick rule (every stream gets `burst` tokens a tick,
 one chunk each, in one write), headers with the first output. It is a yardstick, not a server: loopback only,
-no TLS, no chunked request bodies.
+no TLS, no chunked request bodies, and no backpressure (a client that stops reading has its output buffered).
 
     python -m bench.raw_sse_server [--host 127.0.0.1] [--port 0] [--step-ms 0] [--burst 1]
 

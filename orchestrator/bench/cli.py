@@ -64,7 +64,7 @@ def _print_summary(report: dict, path: Path) -> None:
               f"{floor['system_us_per_write']} system, {floor['writes']} writes), measured before the run")
     for ratio in report["ratios"]:
         (key, value), = ratio["load"].items()
-        print(f"http / {ratio['of']} at {key} {value}: throughput {ratio['output_tok_s']}x, "
+        print(f"{report['rows'][0]['series']} / {ratio['of']} at {key} {value}: throughput {ratio['output_tok_s']}x, "
               f"ttft p50 {ratio['ttft_p50']}x, itl p50 {ratio['itl_p50']}x")
     for note in report["notes"]:
         print(f"note: {note}")

@@ -40,6 +40,7 @@ def test_tiny_run_against_inferno_with_the_in_process_and_bare_sse_baselines(tmp
     assert roles[f"worker:{DEFAULT_MODEL}"]["cpu_s"] > 0 and http["server_cpu"]["us_per_token"] > 0
     assert "us_per_token_excluding" in http["server_cpu"]
     assert [ratio["of"] for ratio in report["ratios"]] == ["in-process", "bare-sse"]
+    assert "http / in-process at concurrency 2: throughput" in result.stdout
     assert all(ratio["output_tok_s"] > 0 for ratio in report["ratios"])
     assert report["settings"]["baselines"] == {"in-process": {}, "bare-sse": {"step_ms": 0.0, "burst": 1}}
 
@@ -69,6 +70,7 @@ def test_both_bare_servers_the_aiohttp_one_as_the_target_and_the_raw_one_as_its_
     assert [(row["series"], row["ok"], row["chunks"]) for row in report["rows"]] == [
         ("bare-sse", 8, 8 * 16), ("raw-sse", 8, 8 * 16)]
     assert [ratio["of"] for ratio in report["ratios"]] == ["raw-sse"]
+    assert "bare-sse / raw-sse at concurrency 4: throughput" in result.stdout  # the target's series, then the other
     assert report["settings"]["baselines"] == {"raw-sse": {"step_ms": 0.0, "burst": 1}}
 
 
