@@ -15,14 +15,12 @@ no TLS, no chunked request bodies, and no backpressure (a client that stops read
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 
 import orjson
 
-from bench.sse_server import READY, Chunks
-from orchestrator import aio
+from bench.sse_server import READY, Chunks, serve_main
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 4 * 2**20
@@ -200,17 +198,7 @@ async def _serve(host: str, port: int, step_ms: float, burst: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.raw_sse_server", description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--step-ms", type=float, default=0.0, help="time between ticks (0: as fast as possible)")
-    parser.add_argument("--burst", type=int, default=1, help="tokens per stream per tick, one chunk each")
-    args = parser.parse_args(argv)
-    try:
-        aio.run(_serve(args.host, args.port, args.step_ms, args.burst))
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return serve_main("python -m bench.raw_sse_server", __doc__.splitlines()[0], _serve, argv)
 
 
 if __name__ == "__main__":

@@ -180,18 +180,24 @@ async def _serve(host: str, port: int, step_ms: float, burst: int) -> None:
         await runner.cleanup()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.sse_server", description=__doc__.splitlines()[0])
+def serve_main(prog: str, description: str, serve, argv: list[str] | None) -> int:
+    """A bare server's command line (this one's and raw_sse_server.py's): `serve(host, port, step_ms, burst)` until
+    interrupted."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--step-ms", type=float, default=0.0, help="time between ticks (0: as fast as possible)")
     parser.add_argument("--burst", type=int, default=1, help="tokens per stream per tick, one chunk each")
     args = parser.parse_args(argv)
     try:
-        aio.run(_serve(args.host, args.port, args.step_ms, args.burst))
+        aio.run(serve(args.host, args.port, args.step_ms, args.burst))
     except (KeyboardInterrupt, web.GracefulExit):
         pass
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return serve_main("python -m bench.sse_server", __doc__.splitlines()[0], _serve, argv)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ and the raw server's answers to what it cannot serve."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
 
 import pytest
@@ -74,15 +73,18 @@ def test_both_bare_servers_the_aiohttp_one_as_the_target_and_the_raw_one_as_its_
     assert report["settings"]["baselines"] == {"raw-sse": {"step_ms": 0.0, "burst": 1}}
 
 
-def _exchange(address: tuple[str, int], data: bytes) -> bytes:
-    """Send `data` on a new connection and read until the server closes it or 2 s pass without a byte."""
-    with socket.create_connection(address, timeout=2) as conn:
+def _exchange(address: tuple[str, int], data: bytes, end: bytes) -> bytes:
+    """Send `data` on a new connection and read until what came ends with `end` or the server closes the
+    connection; a server that does neither within 10 s fails the test (socket.timeout)."""
+    with socket.create_connection(address, timeout=10) as conn:
         conn.sendall(data)
         received = b""
-        with contextlib.suppress(TimeoutError):
-            while chunk := conn.recv(65536):
-                received += chunk
+        while not received.endswith(end) and (chunk := conn.recv(65536)):
+            received += chunk
     return received
+
+
+ERROR_END = b"}}"  # the end of a JSON error body, {"error": {...}}
 
 
 def test_the_raw_server_answers_what_it_cannot_serve_with_a_json_error(tmp_path):
@@ -92,16 +94,17 @@ def test_the_raw_server_answers_what_it_cannot_serve_with_a_json_error(tmp_path)
         address = (host, int(port))
         post = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b"
         not_streamed = b'{"model": "bare-sse", "max_tokens": 3, "messages": []}'
-        answer = _exchange(address, post % (len(not_streamed), not_streamed))
+        answer = _exchange(address, post % (len(not_streamed), not_streamed), ERROR_END)
         assert answer.startswith(b"HTTP/1.1 400 ") and b'"param":"stream"' in answer
-        assert _exchange(address, b"GET /nowhere HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 404 ")
-        refused = _exchange(address, b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+        assert _exchange(address, b"GET /nowhere HTTP/1.1\r\n\r\n", ERROR_END).startswith(b"HTTP/1.1 404 ")
+        refused = _exchange(address, b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                            ERROR_END)
         assert refused.startswith(b"HTTP/1.1 411 ") and b"Connection: close" in refused
-        assert _exchange(address, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+        assert _exchange(address, b"NONSENSE\r\n\r\n", ERROR_END).startswith(b"HTTP/1.1 400 ")
         # Two requests in one send (the second a stream of 3 tokens) are both answered, in order.
         streamed = b'{"model": "bare-sse", "stream": true, "max_tokens": 3, "prompt": "hi"}'
         both = _exchange(address, b"GET /v1/models HTTP/1.1\r\n\r\n" + post.replace(b"chat/", b"") % (
-            len(streamed), streamed))
+            len(streamed), streamed), b"0\r\n\r\n")
         assert both.startswith(b"HTTP/1.1 200 OK\r\nContent-Type: application/json") and b'"bare-sse"' in both
         stream = both[both.index(b"text/event-stream") :]
         assert stream.count(b'"text":" tok"') == 3 and stream.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
