@@ -26,25 +26,26 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SamplingFields:
-    """What a request says about sampling and about how its sequences end, before the model's defaults."""
+    """What a request says about sampling and about how its sequences end, before the model's defaults. What a
+    wire format has no field for takes its neutral value."""
 
     temperature: float | None
     top_p: float | None
-    top_k: int | None
-    min_p: float | None
-    seed: int | None
-    presence_penalty: float
-    frequency_penalty: float
-    repetition_penalty: float
-    logit_bias: dict[str, float] | None
-    ignore_eos: bool
-    min_tokens: int
-    stop: tuple[str, ...]
-    stop_token_ids: tuple[int, ...]
-    include_stop_str_in_output: bool
-    logprobs: bool
-    top_logprobs: int
-    logprobs_param: str  # how the request spells the number of alternatives: top_logprobs | logprobs
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[str, float] | None = None
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
+    logprobs: bool = False
+    top_logprobs: int = 0
+    logprobs_param: str = "top_logprobs"  # how the request spells the number of alternatives: top_logprobs | logprobs
 
 
 def check_supported(fields: SamplingFields, engine: Engine) -> None:

@@ -208,10 +208,5 @@ class MessagesRequest(CountTokensRequest):
     def sampling_fields(self) -> SamplingFields:
         """Stop strings are kept at the end of the engine's text (include_stop_str_in_output), so the presenter
         can tell which one ended the answer; it takes it off again (output.py)."""
-        return SamplingFields(
-            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=None, seed=None,
-            presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, logit_bias=None, ignore_eos=False,
-            min_tokens=0, stop=tuple(self.stop_sequences or ()), stop_token_ids=(),
-            include_stop_str_in_output=bool(self.stop_sequences), logprobs=False, top_logprobs=0,
-            logprobs_param="top_logprobs",
-        )
+        return SamplingFields(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                              stop=tuple(self.stop_sequences or ()), include_stop_str_in_output=bool(self.stop_sequences))

@@ -227,12 +227,8 @@ class ResponsesRequest(_Wire):
     def sampling_fields(self) -> SamplingFields:
         if self.top_logprobs and not self.wants_logprobs:
             raise InvalidRequest(f"top_logprobs needs include to list {LOGPROBS_INCLUDE!r}", param="top_logprobs")
-        return SamplingFields(
-            temperature=self.temperature, top_p=self.top_p, top_k=None, min_p=None, seed=None,
-            presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, logit_bias=None, ignore_eos=False,
-            min_tokens=0, stop=(), stop_token_ids=(), include_stop_str_in_output=False,
-            logprobs=self.wants_logprobs, top_logprobs=self.top_logprobs or 0, logprobs_param="top_logprobs",
-        )
+        return SamplingFields(temperature=self.temperature, top_p=self.top_p, logprobs=self.wants_logprobs,
+                              top_logprobs=self.top_logprobs or 0)
 
     def function_tools(self) -> list[ToolDefinition] | None:
         """The function tools, those of namespaces included, in chat completions' shape; another tool type is
