@@ -25,18 +25,18 @@ from orchestrator.api.body import off_loop, read_json
 from orchestrator.api.http import json_response, validate
 from orchestrator.api.preparation import admit_caller, most_prompt_chars
 from orchestrator.api.state import STATE
-from orchestrator.api.wire import ChatMessage, TokenId, _Wire
+from orchestrator.api.wire import ChatMessage, TokenId, Wire
 from orchestrator.errors import ContextLengthExceeded, InvalidRequest
 
 
-class TokenizeText(_Wire):
+class TokenizeText(Wire):
     model: str
     prompt: str
     add_special_tokens: bool = True
     return_token_strs: bool = False
 
 
-class TokenizeChat(_Wire):
+class TokenizeChat(Wire):
     model: str
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     add_generation_prompt: bool = True
@@ -45,7 +45,7 @@ class TokenizeChat(_Wire):
     return_token_strs: bool = False
 
 
-class Detokenize(_Wire):
+class Detokenize(Wire):
     model: str
     tokens: list[TokenId]
 

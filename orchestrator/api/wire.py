@@ -41,39 +41,41 @@ StopString = Annotated[str, Field(min_length=1, max_length=FIELD_BOUNDS.stop_str
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
-class _Wire(BaseModel):
+class Wire(BaseModel):
+    """A request body's part: unknown fields are refused, and nothing changes once parsed."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class StreamOptions(_Wire):
+class StreamOptions(Wire):
     include_usage: bool = False
     continuous_usage_stats: bool = False  # usage on every chunk (vLLM's extension)
 
 
-class NvExt(_Wire):
+class NvExt(Wire):
     """NVIDIA's extension wrapper (aiperf, Dynamo): the same fields as at the top level."""
 
     ignore_eos: bool | None = None
     min_tokens: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
 
 
-class TextPart(_Wire):
+class TextPart(Wire):
     type: Literal["text"]
     text: str
 
 
-class CalledFunction(_Wire):
+class CalledFunction(Wire):
     name: str
     arguments: str  # JSON text, as OpenAI sends it back
 
 
-class AssistantToolCall(_Wire):
+class AssistantToolCall(Wire):
     id: str
     type: Literal["function"]
     function: CalledFunction
 
 
-class ChatMessage(_Wire):
+class ChatMessage(Wire):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
@@ -102,7 +104,7 @@ class ChatMessage(_Wire):
         return message
 
 
-class _GenerationRequest(_Wire):
+class _GenerationRequest(Wire):
     """Fields chat and text completions share."""
 
     PROMPT_PARAM: ClassVar[str] = "prompt"

@@ -20,7 +20,7 @@ from orchestrator.api.engine_requests import Generation, SamplingFields, chat_pr
 from orchestrator.api.messages_api.blocks import MessageParam, TextBlock
 from orchestrator.api.messages_api.conversation import chat_messages
 from orchestrator.api.output_plan import OutputPlan, chat_output_plan, check_output
-from orchestrator.api.wire import Finite, StopString
+from orchestrator.api.wire import Finite, StopString, Wire
 from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import FIELD_BOUNDS
 from orchestrator.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
@@ -33,10 +33,6 @@ from orchestrator.structured.tools import (
     plan_tools,
 )
 from orchestrator.structured.tools import ToolChoice as ChatToolChoice
-
-
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class _Lenient(BaseModel):
@@ -78,7 +74,7 @@ def _tool_kind(value: Any) -> str | None:
 Tool = Annotated[Annotated[CustomTool, Tag("custom")] | Annotated[ServerTool, Tag("server")], Discriminator(_tool_kind)]
 
 
-class ToolChoice(_Wire):
+class ToolChoice(Wire):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
@@ -93,7 +89,7 @@ class Metadata(_Lenient):
     user_id: str | None = None
 
 
-class CountTokensRequest(_Wire):
+class CountTokensRequest(Wire):
     """The body of `POST /v1/messages/count_tokens`: the prompt part of a Messages request."""
 
     PROMPT_PARAM: ClassVar[str] = "messages"

@@ -17,7 +17,7 @@ from orchestrator.api.engine_requests import Generation, SamplingFields, chat_pr
 from orchestrator.api.output_plan import OutputPlan, chat_output_plan, check_output
 from orchestrator.api.responses_api.conversation import chat_messages
 from orchestrator.api.responses_api.items import InputItem, MessageItem, item_kind, text_or
-from orchestrator.api.wire import Finite
+from orchestrator.api.wire import Finite, Wire
 from orchestrator.backends import features_of
 from orchestrator.engine.catalogue import Engine
 from orchestrator.engine.request import FIELD_BOUNDS
@@ -46,12 +46,8 @@ Includable = Literal[
 IGNORED_TOOL_TYPES = frozenset({"local_shell", "custom", "web_search", "web_search_preview"})
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 # -- tools, tool_choice, text -----------------------------------------------------------------------------------
-class FunctionTool(_Wire):
+class FunctionTool(Wire):
     type: Literal["function"]
     name: Annotated[str, Field(pattern=FUNCTION_NAME_PATTERN)]
     description: str | None = None
@@ -83,7 +79,7 @@ NamespacedTool = Annotated[
 ]
 
 
-class NamespaceTool(_Wire):
+class NamespaceTool(Wire):
     """A named group of function tools (Codex sends its agent tools so): its functions are offered like any
     other, and a call of one names the namespace."""
 
@@ -100,12 +96,12 @@ Tool = Annotated[
 ]
 
 
-class FunctionChoice(_Wire):
+class FunctionChoice(Wire):
     type: Literal["function"]
     name: str
 
 
-class TextFormat(_Wire):
+class TextFormat(Wire):
     type: Literal["text", "json_object", "json_schema"]
     name: Annotated[str, Field(pattern=FUNCTION_NAME_PATTERN)] | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
@@ -125,23 +121,23 @@ class TextFormat(_Wire):
         return json_schema_guide(self.schema_, param="text.format.schema")
 
 
-class TextConfig(_Wire):
+class TextConfig(Wire):
     format: TextFormat | None = None
     verbosity: Literal["low", "medium", "high"] | None = None  # no model here has a setting for it
 
 
-class ReasoningConfig(_Wire):
+class ReasoningConfig(Wire):
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
 
-class ResponsesStreamOptions(_Wire):
+class ResponsesStreamOptions(Wire):
     include_obfuscation: bool | None = None  # no padding is added to events here
 
 
 # -- the request ------------------------------------------------------------------------------------------------
-class ResponsesRequest(_Wire):
+class ResponsesRequest(Wire):
     """The body of `POST /v1/responses` (one answer: the API has no `n`)."""
 
     PROMPT_PARAM: ClassVar[str] = "input"
