@@ -15,7 +15,6 @@ import hashlib
 
 from orchestrator.access.keys import ANONYMOUS, OPEN_ANONYMOUS, KeyPolicy
 
-CACHE_SALT_PARAM = "cache_salt"
 MAX_CACHE_SALT_CHARS = 256
 
 

@@ -340,10 +340,6 @@ class CompletionRequest(_GenerationRequest):
     def audit_prompt(self) -> object:
         return self.prompt
 
-    def system_prefix(self, engine: Engine, plan: OutputPlan, prompt: list[int]) -> int:
-        """Leading prompt tokens before the first user message (conversations only)."""
-        return 0
-
     def echo_text(self, engine: Engine, prompt: list[int]) -> str | None:
         if not self.echo:
             return None
