@@ -27,18 +27,10 @@ from transformers.generation.continuous_batching.cb_logits_processors import (
 )
 from transformers.generation.logits_process import LogitsProcessorList
 
-_MASK64 = 0xFFFFFFFFFFFFFFFF
+from orchestrator.backends.draws import KEY_RANGE, draw_key
+
 GREEDY = -1  # draw key of a request that takes the argmax
-_KEY_RANGE = float(1 << 31)
 _INT32_MAX = 2**31 - 1
-
-
-def draw_key(seed: int, position: int) -> int:
-    """A 31-bit key for one sampling step of one sequence (splitmix64 finaliser); key / 2**31 is its uniform."""
-    x = (seed * 0x9E3779B97F4A7C15 + position * 0xBF58476D1CE4E5B9 + 1) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return (x ^ (x >> 31)) & 0x7FFFFFFF
 
 
 def _position(request) -> int:
@@ -290,7 +282,7 @@ class SeededDraw(_PerRequestValue):
         out = scores
         if self.active:
             cdf = scores[sampled].softmax(dim=-1).cumsum(dim=-1)
-            uniform = (keys[sampled].to(torch.float32) + 0.5) / _KEY_RANGE
+            uniform = (keys[sampled].to(torch.float32) + 0.5) / KEY_RANGE
             target = (uniform * cdf[:, -1]).unsqueeze(-1)
             drawn = torch.searchsorted(cdf, target, right=True).clamp_(max=scores.size(-1) - 1)
             chosen[sampled] = drawn.squeeze(-1)

@@ -13,7 +13,7 @@ this order, the same as the hf backend's processors:
 2. greedy sequences (temperature 0) take the argmax of the adjusted row, all together;
 3. sampled sequences: temperature, then top-k, top-p and min-p filters, then one draw by inverse CDF with a
    uniform number derived only from (the request's seed, the token's position) by an integer hash
-   (splitmix64, as in hf_sampling). The same seed and prompt give the same tokens whatever the batch holds.
+   (splitmix64, backends/draws.py, as in hf_sampling). The same seed and prompt give the same tokens whatever the batch holds.
 
 Log probabilities come from the same distribution that chose the token: the adjusted row for greedy
 sequences, the filtered and renormalised distribution for sampled ones (tokens the filters removed have no
@@ -28,19 +28,10 @@ from typing import Protocol
 
 import numpy as np
 
+from orchestrator.backends.draws import KEY_RANGE, draw_key
 from orchestrator.engine.request import EngineRequest
 
-_MASK64 = 0xFFFFFFFFFFFFFFFF
-_KEY_RANGE = float(1 << 31)
 NUCLEUS_CANDIDATES = (64, 1024)  # top-p looks for its nucleus among this many best tokens before sorting all
-
-
-def draw_key(seed: int, position: int) -> int:
-    """A 31-bit key for one sampling step of one sequence (splitmix64 finaliser); key / 2**31 is its uniform."""
-    x = (seed * 0x9E3779B97F4A7C15 + position * 0xBF58476D1CE4E5B9 + 1) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return (x ^ (x >> 31)) & 0x7FFFFFFF
 
 
 class TokenConstraint(Protocol):
@@ -265,7 +256,7 @@ def _sampled_choice(row: np.ndarray, sampler: SequenceSampler) -> Sampled:
         ids = np.flatnonzero(keep) if ids is None else ids[keep]
         probs = probs[keep]
     probs = probs / probs.sum()
-    uniform = (draw_key(s.seed, sampler.position) + 0.5) / _KEY_RANGE
+    uniform = (draw_key(s.seed, sampler.position) + 0.5) / KEY_RANGE
     at = min(int(np.searchsorted(np.cumsum(probs), uniform, side="right")), probs.size - 1)
     while probs[at] == 0.0:  # never land on a token the filters removed (a zero-width step of the CDF)
         at -= 1
