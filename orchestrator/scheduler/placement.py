@@ -78,15 +78,6 @@ class ModelPlacement:
                 with contextlib.suppress(InfernoError):
                     await self.ensure_loaded(entry)
 
-    def check_backoff(self, entry: ModelEntry) -> None:
-        self.recovery.check_backoff(entry)
-
-    def retry_after_s(self, entry: ModelEntry) -> float:
-        return self.recovery.retry_after_s(entry)
-
-    def stop_reloading(self) -> None:
-        self.recovery.stop_reloading()
-
     def estimate(self, entry: ModelEntry) -> int:
         manifest = entry.engine.manifest
         return self._ledger.estimate(

@@ -154,7 +154,7 @@ class Scheduler:
     def begin_drain(self) -> None:
         """From now on, new requests get 503 and queued ones are turned away; running ones go on."""
         self._admission.drain()
-        self._placement.stop_reloading()
+        self._placement.recovery.stop_reloading()
         self._workers.stop_refilling()
 
     async def drain(self, timeout_s: float) -> None:
@@ -256,7 +256,7 @@ class Scheduler:
         resets the model's failure count (so a later failure is retried at once). A request whose worker
         crashed under it leaves with Retry-After: when the model can be tried again."""
         entry = self._entry_for(request.model)
-        self._placement.check_backoff(entry)
+        self._placement.recovery.check_backoff(entry)
         logits = entry.logits_draw(request)  # its generation logits buffers, drawn from the model's pool
         deadline = self._clock() + self._config.scheduling.queue_timeout_s
         await self._admission.acquire(entry, entry.settings.priority_class if priority is None else priority, tenant,
@@ -269,7 +269,7 @@ class Scheduler:
             yield worker
         except (WorkerCrashed, EngineDead) as exc:
             if exc.retry_after_s is None:
-                exc.retry_after_s = self._placement.retry_after_s(entry)
+                exc.retry_after_s = self._placement.recovery.retry_after_s(entry)
             raise
         finally:
             self._live.pop(request.id, None)
