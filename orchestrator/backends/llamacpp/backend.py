@@ -49,9 +49,7 @@ def preload() -> None:
 def create(settings: BackendSettings) -> LlamaCppBackend:
     try:
         from orchestrator.backends.llamacpp import api as llamacpp_api
-    except ImportError as exc:
-        raise BackendUnavailable(_missing(exc.name)) from exc
-    try:
+
         version = llamacpp_api.binding_version()
     except ImportError as exc:
         raise BackendUnavailable(_missing(exc.name)) from exc
