@@ -7,6 +7,7 @@ import os
 import platform
 import sys
 import time
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -16,6 +17,18 @@ import orchestrator
 from orchestrator.visible_gpus import list_visible_gpus
 
 PACKAGES = ("aiohttp", "uvloop", "orjson", "tokenizers", "torch", "transformers", "tensorrt_llm")
+
+
+
+def now() -> str:
+    """The time now, for a result file (UTC, to the second)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def header(schema: str, command: list[str], settings: dict) -> dict:
+    """A result file's opening fields: its schema, the command and settings that made it, when, on what."""
+    return {"schema": schema, "command": command, "started_at": now(), "settings": settings, "machine": machine(),
+            "versions": versions()}
 
 
 def machine() -> dict:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.bench.floor import measure_apart
 from orchestrator.bench.levels import WARMUP_SEED_OFFSET, plan_levels, warmup_specs
 from orchestrator.bench.options import BenchError, BenchOptions
 from orchestrator.bench.prompts import PromptMaker, prompts_for
-from orchestrator.bench.report import machine, ratios, versions
+from orchestrator.bench.report import header, now, ratios
 from orchestrator.bench.senders import HttpSender, RequestShape
 from orchestrator.bench.series import CpuProbe, run_levels, warm_up
 from orchestrator.bench.targets import Target, connect, start_inferno
@@ -100,18 +99,12 @@ async def run_bench(
     """Every series; the result file's content. The target (`target_of`; by default the one the options name)
     is stopped as soon as its series is done, before any baseline runs."""
     notes: list[str] = []
-    report = {
-        "schema": "inferno-bench/1",
-        "command": command,
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "settings": options.as_dict() | {"baselines": {b.name: b.settings for b in baselines}},
-        "machine": machine(),
-        "versions": versions(),
-    }
+    report = header("inferno-bench/1", command,
+                    options.as_dict() | {"baselines": {b.name: b.settings for b in baselines}})
     report["floor"] = await _floor(options, notes)
     target = target_of(options, workdir)
     try:
-        report["target"] = {"kind": target.kind, "api": target.api, "models": target.models, **target.info}
+        report["target"] = target.describe()
         work = Workload(options, target, notes, report["floor"] and report["floor"]["us_per_write"])
         report["prompts"] = work.describe()
         if not report["prompts"]["isl_exact"]:
@@ -131,5 +124,5 @@ async def run_bench(
     if report["errors"]:
         notes.append(f"{report['errors']} requests failed: see error_messages in the rows")
     report["notes"] = notes
-    report["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    report["finished_at"] = now()
     return report

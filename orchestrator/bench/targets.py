@@ -59,6 +59,10 @@ class Target:
     def roles(self) -> dict[int, str]:
         return self.name_processes(self.pid) if self.pid else {}
 
+    def describe(self) -> dict:
+        """The target as a result file records it."""
+        return {"kind": self.kind, "api": self.api, "models": self.models, **self.info}
+
 
 def connect(url: str, models: list[str], api_key: str | None, server_pid: int | None, tokenizer: Path | None) -> Target:
     """A server someone else runs. Its CPU is measured only with `server_pid`."""

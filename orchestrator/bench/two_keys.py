@@ -16,14 +16,13 @@ import asyncio
 import random
 import secrets
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.access.keys import hash_key
 from orchestrator.bench.options import BenchError, BenchOptions
 from orchestrator.bench.prompts import PromptMaker
 from orchestrator.bench.record import RequestTiming
-from orchestrator.bench.report import machine, versions
+from orchestrator.bench.report import header, now
 from orchestrator.bench.senders import HttpSender, RequestShape
 from orchestrator.bench.stats import distribution, rounded
 from orchestrator.bench.targets import Target, connect, start_inferno
@@ -143,17 +142,11 @@ class TwoKeys:
 async def run_two_keys(options: BenchOptions, command: list[str], workdir: Path) -> dict:
     """The scenario's result file's content."""
     concurrency = options.concurrency[0] if options.concurrency else 32
-    report = {
-        "schema": "inferno-bench-two-keys/1",
-        "command": command,
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "settings": options.as_dict() | {"flood_concurrency": concurrency, "flood_lead_s": FLOOD_LEAD_S},
-        "machine": machine(),
-        "versions": versions(),
-    }
+    report = header("inferno-bench-two-keys/1", command,
+                    options.as_dict() | {"flood_concurrency": concurrency, "flood_lead_s": FLOOD_LEAD_S})
     target, flood_key, victim_key = open_two_keys(options, workdir)
     try:
-        report["target"] = {"kind": target.kind, "api": target.api, "models": target.models, **target.info}
+        report["target"] = target.describe()
         scenario = TwoKeys(options, target, flood_key, victim_key)
         try:
             result = await scenario.run(concurrency)
@@ -170,7 +163,7 @@ async def run_two_keys(options: BenchOptions, command: list[str], workdir: Path)
         "victim_ttft_p50_ratio": round(under / alone, 2) if alone and under else None,
         "victim_429": result["alone"]["rejected_429"] + result["under_flood"]["rejected_429"],
         "errors": result["alone"]["errors"] + result["under_flood"]["errors"] + result["flood"]["errors"],
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "finished_at": now(),
     }
     return report
 
