@@ -235,14 +235,6 @@ def _file_entries(path: Path, served: set[str]) -> list[tuple[str, bytes, KeyPol
 
 
 def _policy(name: str, entry: _Key) -> KeyPolicy:
-    return KeyPolicy(
-        name=name,
-        models=None if entry.models is None else frozenset(entry.models),
-        requests_per_minute=entry.requests_per_minute,
-        tokens_per_minute=entry.tokens_per_minute,
-        max_concurrent=entry.max_concurrent,
-        priority=None if entry.priority is None else Priority.parse(entry.priority),
-        admin=entry.admin,
-        weight=entry.weight,
-        metrics=entry.metrics,
-    )
+    limits = entry.model_dump(exclude={"key", "models", "priority"})  # the rest are KeyPolicy's fields as they are
+    return KeyPolicy(name, models=None if entry.models is None else frozenset(entry.models),
+                     priority=None if entry.priority is None else Priority.parse(entry.priority), **limits)
