@@ -199,3 +199,9 @@ class TokenDelta:
     logprobs: list[float] | None = None  # one per token in token_ids, when the request asked for them
     top_logprobs: list[list[tuple[int, float]]] | None = None  # per token: the top alternatives, best first
     cached_tokens: int | None = None  # prompt tokens served from the prefix cache, once, where the engine knows
+
+    def keep(self, count: int) -> None:
+        """Cut the delta to its first `count` tokens, their log probabilities with them."""
+        for values in (self.token_ids, self.logprobs, self.top_logprobs):
+            if values is not None:
+                del values[count:]

@@ -295,9 +295,7 @@ class HfBackend:
                 delta.finish = FinishReason.LENGTH
                 if new and new[-1] in live.eos:  # the end token ends the text; it is not part of it
                     delta.finish = FinishReason.STOP
-                    del new[-1]
-                    if delta.logprobs is not None:
-                        delta.logprobs, delta.top_logprobs = delta.logprobs[: len(new)], delta.top_logprobs[: len(new)]
+                    delta.keep(len(new) - 1)
             elif not new:
                 continue
             delta.cached_tokens, live.cached = live.cached, None  # once, on the first delta sent

@@ -91,10 +91,7 @@ class _Running:
         """The engine puts the stop word it ended on into the output (reference: stop words are part of the
         output); a stop token, like the end token, ends the answer without being part of it."""
         if delta.finish is FinishReason.STOP and delta.token_ids and delta.token_ids[-1] in self.stop_tokens:
-            del delta.token_ids[-1]
-            for values in (delta.logprobs, delta.top_logprobs):
-                if values is not None:
-                    del values[len(delta.token_ids):]
+            delta.keep(len(delta.token_ids) - 1)
 
     def cut_at_end_token(self, delta: TokenDelta) -> bool:
         """End the delta at the first watched end token past min_tokens; True if one was found."""
@@ -103,11 +100,7 @@ class _Running:
             return False
         for i, token in enumerate(delta.token_ids):
             if start + i >= self.min_tokens and token in self.end_tokens:
-                del delta.token_ids[i:]
-                if delta.logprobs is not None:
-                    del delta.logprobs[i:]
-                if delta.top_logprobs is not None:
-                    del delta.top_logprobs[i:]
+                delta.keep(i)
                 delta.finish = FinishReason.STOP
                 return True
         return False
