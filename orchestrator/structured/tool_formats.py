@@ -31,13 +31,13 @@ class ToolFormat:
     """
 
     name: str
-    arguments_key: str
-    marker: str
-    list_open: str
-    list_close: str
-    call_open: str
-    call_close: str
-    separator: str
+    arguments_key: str = "arguments"
+    marker: str = ""  # every surrounding piece is nothing unless a format names it
+    list_open: str = ""
+    list_close: str = ""
+    call_open: str = ""
+    call_close: str = ""
+    separator: str = ""
     optional_marker: str = ""
     calls_at_start_only: bool = False
 
@@ -57,38 +57,10 @@ class ToolFormat:
 
 
 TOOL_FORMATS: dict[str, ToolFormat] = {
-    "hermes": ToolFormat(
-        name="hermes",
-        arguments_key="arguments",
-        marker="",
-        list_open="",
-        list_close="",
-        call_open="<tool_call>\n",
-        call_close="\n</tool_call>",
-        separator="\n",
-    ),
-    "llama3_json": ToolFormat(
-        name="llama3_json",
-        arguments_key="parameters",
-        marker="",
-        list_open="",
-        list_close="",
-        call_open="",
-        call_close="",
-        separator="; ",
-        optional_marker="<|python_tag|>",
-        calls_at_start_only=True,
-    ),
-    "mistral": ToolFormat(
-        name="mistral",
-        arguments_key="arguments",
-        marker="[TOOL_CALLS]",
-        list_open="[",
-        list_close="]",
-        call_open="",
-        call_close="",
-        separator=", ",
-    ),
+    "hermes": ToolFormat("hermes", call_open="<tool_call>\n", call_close="\n</tool_call>", separator="\n"),
+    "llama3_json": ToolFormat("llama3_json", arguments_key="parameters", separator="; ",
+                              optional_marker="<|python_tag|>", calls_at_start_only=True),
+    "mistral": ToolFormat("mistral", marker="[TOOL_CALLS]", list_open="[", list_close="]", separator=", "),
 }
 DEFAULT_TOOL_FORMAT = "hermes"  # for models whose manifest names none (the tool prompt teaches it)
 
