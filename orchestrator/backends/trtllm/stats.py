@@ -16,15 +16,7 @@ from orchestrator.backends.protocol import BackendStats
 class IterationStatsReader:
     def __init__(self, kv_blocks: int, tokens_per_block: int):
         """`kv_blocks` and `tokens_per_block` stand until the engine reports its own (after its first step)."""
-        self._stats = BackendStats(
-            running=0,
-            waiting=0,
-            kv_blocks_total=kv_blocks,
-            kv_blocks_free=kv_blocks,
-            kv_blocks_used=0,
-            tokens_per_block=tokens_per_block,
-            iterations=0,
-        )
+        self._stats = BackendStats(0, 0, kv_blocks, kv_blocks, 0, tokens_per_block, 0)  # nothing running, every block free
 
     def read(self, entries) -> BackendStats:
         """Take in a drained batch of IterationStats, oldest first; return the current view."""
