@@ -3,12 +3,13 @@ key's usage and limits."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 
 from aiohttp import web
 
 from orchestrator.api.state import STATE
-from orchestrator.scheduler import ModelSnapshot
+from orchestrator.scheduler import ModelSnapshot, Scheduler
 
 
 def _model(model: ModelSnapshot, engines: dict) -> dict:
@@ -62,30 +63,21 @@ async def usage(http: web.Request) -> web.Response:
     return web.json_response({"keys": keys})
 
 
-async def load_model(http: web.Request) -> web.Response:
-    snapshot = await http.app[STATE].scheduler.load(http.match_info["model"])
-    return web.json_response(asdict(snapshot))
+def _on_model(operation: Callable[[Scheduler, str], Awaitable[ModelSnapshot]]):
+    """The handler of one operation on the model the path names (load, unload, pin, unpin): it answers the
+    model's snapshot after it."""
 
+    async def handler(http: web.Request) -> web.Response:
+        snapshot = await operation(http.app[STATE].scheduler, http.match_info["model"])
+        return web.json_response(asdict(snapshot))
 
-async def unload_model(http: web.Request) -> web.Response:
-    snapshot = await http.app[STATE].scheduler.unload(http.match_info["model"])
-    return web.json_response(asdict(snapshot))
-
-
-async def pin_model(http: web.Request) -> web.Response:
-    snapshot = await http.app[STATE].scheduler.pin(http.match_info["model"], True)
-    return web.json_response(asdict(snapshot))
-
-
-async def unpin_model(http: web.Request) -> web.Response:
-    snapshot = await http.app[STATE].scheduler.pin(http.match_info["model"], False)
-    return web.json_response(asdict(snapshot))
+    return handler
 
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/admin/models", list_models)
     app.router.add_get("/admin/usage", usage)
-    app.router.add_post("/admin/models/{model}/load", load_model)
-    app.router.add_post("/admin/models/{model}/unload", unload_model)
-    app.router.add_post("/admin/models/{model}/pin", pin_model)
-    app.router.add_post("/admin/models/{model}/unpin", unpin_model)
+    app.router.add_post("/admin/models/{model}/load", _on_model(lambda scheduler, model: scheduler.load(model)))
+    app.router.add_post("/admin/models/{model}/unload", _on_model(lambda scheduler, model: scheduler.unload(model)))
+    app.router.add_post("/admin/models/{model}/pin", _on_model(lambda scheduler, model: scheduler.pin(model, True)))
+    app.router.add_post("/admin/models/{model}/unpin", _on_model(lambda scheduler, model: scheduler.pin(model, False)))
