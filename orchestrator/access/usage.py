@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
+
+from orchestrator.metrics.registry import counter
 
 
 @dataclass
@@ -29,22 +31,20 @@ class UsageTotals:
 
 class UsageMeter:
     def __init__(self, registry: CollectorRegistry):
-        labels = ["key", "model"]
-        self._requests = Counter(
-            "inferno_key_requests", "Generation requests by API key name, model and HTTP status class.",
-            [*labels, "status_class"], registry=registry,
+        labels = ("key", "model")
+        self._requests = counter(
+            registry, "inferno_key_requests", "Generation requests by API key name, model and HTTP status class.",
+            (*labels, "status_class"),
         )
-        self._prompt = Counter(
-            "inferno_key_prompt_tokens", "Prompt tokens of requests that reached their engine, by API key name.",
-            labels, registry=registry,
+        self._prompt = counter(
+            registry, "inferno_key_prompt_tokens",
+            "Prompt tokens of requests that reached their engine, by API key name.", labels,
         )
-        self._completion = Counter(
-            "inferno_key_completion_tokens", "Tokens generated, all choices counted, by API key name.", labels,
-            registry=registry,
+        self._completion = counter(
+            registry, "inferno_key_completion_tokens", "Tokens generated, all choices counted, by API key name.", labels
         )
-        self._engine = Counter(
-            "inferno_key_engine_seconds", "Seconds requests spent in their engine, by API key name.", labels,
-            registry=registry,
+        self._engine = counter(
+            registry, "inferno_key_engine_seconds", "Seconds requests spent in their engine, by API key name.", labels
         )
         self._totals: dict[str, dict[str, UsageTotals]] = {}
 

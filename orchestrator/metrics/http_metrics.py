@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry
+
+from orchestrator.metrics.registry import histogram
 
 # Seconds: /health and /metrics answer in milliseconds, a streamed generation can run for minutes.
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
@@ -23,13 +25,11 @@ class HttpDurations:
     """inferno_http_request_duration_seconds: one observation per request, with its final status."""
 
     def __init__(self, registry: CollectorRegistry):
-        self._duration = Histogram(
-            "inferno_http_request_duration_seconds",
+        self._duration = histogram(
+            registry, "inferno_http_request_duration_seconds",
             "Seconds from receiving an HTTP request to the end of its response (a whole stream), by route, "
             "method and status.",
-            ["route", "method", "status"],
-            buckets=HTTP_BUCKETS,
-            registry=registry,
+            HTTP_BUCKETS, ("route", "method", "status"),
         )
 
     def observe(self, http: web.Request, status: int, seconds: float) -> None:

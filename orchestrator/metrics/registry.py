@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import prometheus_client
-from prometheus_client import CollectorRegistry, Info, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, ProcessCollector
 
 from orchestrator import __version__
 
@@ -17,3 +17,13 @@ def new_registry() -> CollectorRegistry:
     ProcessCollector(namespace="inferno", registry=registry)
     Info("inferno_build", "Always 1; Inferno's version as a label.", registry=registry).info({"version": __version__})
     return registry
+
+
+def counter(registry: CollectorRegistry, name: str, documentation: str, labels=("model",)) -> Counter:
+    """A counter on `registry`, labelled by model unless `labels` says otherwise."""
+    return Counter(name, documentation, labels, registry=registry)
+
+
+def histogram(registry: CollectorRegistry, name: str, documentation: str, buckets: tuple, labels=("model",)) -> Histogram:
+    """A histogram on `registry`, labelled by model unless `labels` says otherwise."""
+    return Histogram(name, documentation, labels, buckets=buckets, registry=registry)

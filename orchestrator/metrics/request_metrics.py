@@ -6,9 +6,10 @@ here multiplies by the request rate only. Everything lives on the registry passe
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 
 from orchestrator.lifecycle import InferenceRequest
+from orchestrator.metrics.registry import counter, histogram
 
 # Seconds. Time to first token: prefill of one prompt, plus queueing; sub-second resolution matters most.
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0,
@@ -30,47 +31,39 @@ def status_class(status: int) -> str:
     return f"{status // 100}xx"
 
 
-def _histogram(registry: CollectorRegistry, name: str, documentation: str, buckets: tuple) -> Histogram:
-    return Histogram(name, documentation, ["model"], buckets=buckets, registry=registry)
-
-
 class RequestMetrics:
     def __init__(self, registry: CollectorRegistry):
-        self.requests = Counter(
-            "inferno_requests",
+        self.requests = counter(
+            registry, "inferno_requests",
             "Generation requests that ended, by model, HTTP status class (499: the client went away) and "
             "finish reason (stop, length, cancelled, error).",
-            ["model", "status_class", "finish_reason"],
-            registry=registry,
+            ("model", "status_class", "finish_reason"),
         )
-        self.prompt_tokens = Counter(
-            "inferno_prompt_tokens", "Prompt tokens of the requests that reached their engine.", ["model"],
-            registry=registry,
+        self.prompt_tokens = counter(
+            registry, "inferno_prompt_tokens", "Prompt tokens of the requests that reached their engine."
         )
-        self.generation_tokens = Counter(
-            "inferno_generation_tokens", "Tokens generated, all choices counted.", ["model"], registry=registry
-        )
-        self.time_to_first_token = _histogram(
+        self.generation_tokens = counter(registry, "inferno_generation_tokens", "Tokens generated, all choices counted.")
+        self.time_to_first_token = histogram(
             registry, "inferno_time_to_first_token_seconds",
             "Seconds from a request's arrival to its first generated token (queueing included).", TTFT_BUCKETS,
         )
-        self.inter_token_latency = _histogram(
+        self.inter_token_latency = histogram(
             registry, "inferno_inter_token_latency_seconds",
             "Seconds per generated token after the first: one observation per request, its mean.", ITL_BUCKETS,
         )
-        self.e2e_latency = _histogram(
+        self.e2e_latency = histogram(
             registry, "inferno_e2e_request_latency_seconds",
             "Seconds from a request's arrival to its end (last token, error or cancellation).", E2E_BUCKETS,
         )
-        self.queue_time = _histogram(
+        self.queue_time = histogram(
             registry, "inferno_request_queue_time_seconds",
             "Seconds from a request's arrival until it entered its engine (waiting for a permit or a model load).",
             QUEUE_BUCKETS,
         )
-        self.prompt_length = _histogram(
+        self.prompt_length = histogram(
             registry, "inferno_request_prompt_tokens", "Prompt tokens per request.", LENGTH_BUCKETS
         )
-        self.generation_length = _histogram(
+        self.generation_length = histogram(
             registry, "inferno_request_generation_tokens", "Tokens generated per request, all choices counted.",
             LENGTH_BUCKETS,
         )
