@@ -6,7 +6,7 @@ never the key) and as plain totals for `GET /admin/usage`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from prometheus_client import CollectorRegistry
 
@@ -22,11 +22,8 @@ class UsageTotals:
     engine_seconds: float = 0.0  # from entering the engine to the end, summed over requests
 
     def add(self, other: UsageTotals) -> None:
-        self.requests += other.requests
-        self.errors += other.errors
-        self.prompt_tokens += other.prompt_tokens
-        self.completion_tokens += other.completion_tokens
-        self.engine_seconds += other.engine_seconds
+        for field in fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
 
 class UsageMeter:
