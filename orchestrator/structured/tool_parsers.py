@@ -173,7 +173,8 @@ class ToolCallParser:
         self._buffer = self._buffer[used:] if used is not None else ""
         if self._call_name is None and self._call.name is not None:
             self._announce(self._call.name)
-        self._send_arguments()
+        if self._call_name is not None:
+            self._arguments += self._call.streamable()
         return used is not None and self._end_call()
 
     def _on_call_close(self) -> bool:
@@ -245,7 +246,7 @@ class ToolCallParser:
             if parsed is None:
                 return self._not_a_call()
             self._announce(parsed[0])
-            self._add_arguments(parsed[1])
+            self._arguments += parsed[1]
         self._state = "call_close"
         self._commit()
         return True
@@ -255,13 +256,6 @@ class ToolCallParser:
         self._in_calls = True
         self._arguments = ""
         self._held = ""
-
-    def _send_arguments(self) -> None:
-        if self._call is not None and self._call_name is not None:
-            self._add_arguments(self._call.streamable())
-
-    def _add_arguments(self, fragment: str) -> None:
-        self._arguments += fragment
 
     def _commit(self) -> None:
         """The current call is complete: sent whole, unless it repeats an earlier call, which ends the turn."""
