@@ -25,9 +25,7 @@ class Accounting:
 
 
 def _engine_seconds(request: InferenceRequest) -> float:
-    if request.started is None:
-        return 0.0
-    return (request.finished or time.monotonic()) - request.started
+    return 0.0 if request.started is None else (request.finished or time.monotonic()) - request.started
 
 
 def _settle(http: web.Request, record: RequestRecord, status: int, usage: UsageMeter, audit: AuditLog) -> None:

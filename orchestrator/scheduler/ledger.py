@@ -190,9 +190,7 @@ class MemoryLedger:
 
     def host_free(self) -> int:
         """Pinned host RAM left for host KV tiers: the ledger's view, never more than the host has available."""
-        if self.host_on_device:
-            return 0
-        return max(0, min(self.host_usable - self.host_used, self._host.read().free_bytes))
+        return 0 if self.host_on_device else max(0, min(self.host_usable - self.host_used, self._host.read().free_bytes))
 
     def room(self) -> Memory:
         return Memory(self.free(), self.host_free())

@@ -49,9 +49,7 @@ class CallObjectScan:
         end = self.arguments_at + (self.arguments_len if self.arguments_len is not None else len(self.raw))
         text = self.raw[self.arguments_at + self.sent : end]
         self.sent += len(text)
-        if self.arguments_end.opening == '"':
-            return _string_arguments(text)
-        return text
+        return _string_arguments(text) if self.arguments_end.opening == '"' else text
 
     def parsed(self) -> tuple[str, str] | None:
         """(name, arguments text) of a complete object whose keys came in another order; None if it is not

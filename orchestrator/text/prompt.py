@@ -27,9 +27,7 @@ TEMPLATE_OWN_NAMES = frozenset({"messages", "add_generation_prompt", "tools", *_
 
 
 def _token_text(value) -> str | None:
-    if isinstance(value, dict):  # older tokenizer_config.json stores AddedToken dicts
-        return value.get("content")
-    return value
+    return value.get("content") if isinstance(value, dict) else value  # older tokenizer_config.json: AddedToken dicts
 
 
 class PromptEncoder:

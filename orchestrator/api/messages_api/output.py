@@ -35,9 +35,7 @@ def matched_stop(text: str, stops: tuple[str, ...]) -> str | None:
 
 
 def stop_reason(finish: FinishReason | None, stop: str | None) -> str:
-    if stop is not None:
-        return "stop_sequence"
-    return _STOP_REASONS.get(finish, "end_turn")
+    return "stop_sequence" if stop is not None else _STOP_REASONS.get(finish, "end_turn")
 
 
 def usage(request: InferenceRequest, *, output: bool = True) -> dict:

@@ -95,9 +95,7 @@ class ReasoningItem(_Wire):
 
 def item_kind(value: Any) -> str | None:
     """An item's or a tool's `type` (an item without one is a message)."""
-    if isinstance(value, dict):
-        return value.get("type", "message")
-    return getattr(value, "type", None)
+    return value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
 
 
 InputItem = Annotated[

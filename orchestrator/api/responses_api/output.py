@@ -129,9 +129,7 @@ def _text(wire: ResponsesRequest) -> dict:
 
 def _tool_choice(wire: ResponsesRequest) -> str | dict:
     choice = wire.tool_choice
-    if isinstance(choice, FunctionChoice):
-        return choice.model_dump()
-    return choice or "auto"
+    return choice.model_dump() if isinstance(choice, FunctionChoice) else choice or "auto"
 
 
 def _tools(wire: ResponsesRequest) -> list[dict]:

@@ -45,6 +45,4 @@ class SaltedPrefixes:
             salts.add(salt)
         while len(self._salts) > self._capacity:
             self._salts.popitem(last=False)
-        if not self._salted:
-            return prompt_ids
-        return prompt_ids[: owned * tpb + 1]
+        return prompt_ids[: owned * tpb + 1] if self._salted else prompt_ids

@@ -261,9 +261,7 @@ class SeededDraw(_PerRequestValue):
 
     def value_for(self, request) -> int:
         seed = request.state.logit_processor_kwargs.get(self.kwarg)
-        if seed is None:
-            return GREEDY
-        return draw_key(seed, _position(request))
+        return GREEDY if seed is None else draw_key(seed, _position(request))
 
     def prepare_tensor_args(self, requests_with_new_token) -> torch.Tensor:
         self._wanted = [

@@ -41,9 +41,7 @@ class SlotTable:
         """Whether a sequence of `needed` cells (at most `seq_cells`) may start now. In a unified pool, while
         others run, it waits until their cells and the cached prefixes leave it room; a slot's own stream
         always has room."""
-        if not self.unified or not running:
-            return True
-        return needed <= self.cells_free() + self.cells_idle()
+        return not self.unified or not running or needed <= self.cells_free() + self.cells_idle()
 
     def truncate(self, slot: Slot, keep: int) -> None:
         """Keep the slot's first `keep` tokens and their cells."""
