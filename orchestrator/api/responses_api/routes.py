@@ -7,7 +7,6 @@ kept `queued` response and generates in a task of its own (background.py).
 from __future__ import annotations
 
 from aiohttp import web
-from pydantic import BaseModel
 
 from orchestrator.api.body import parse
 from orchestrator.api.generation import serve_events
@@ -57,11 +56,7 @@ async def _create_in_background(http: web.Request, wire: ResponsesRequest) -> we
 
 def input_items(wire: ResponsesRequest) -> list[dict]:
     """The conversation the response answered, as Responses API items (a string input is one user message)."""
-    return [_item(item) for item in wire.input_items()]
-
-
-def _item(item: BaseModel) -> dict:
-    return item.model_dump(by_alias=True, exclude_none=True)
+    return [item.model_dump(by_alias=True, exclude_none=True) for item in wire.input_items()]
 
 
 def add_routes(app: web.Application) -> None:
