@@ -162,11 +162,8 @@ class EngineLoop:
         ends = frozenset(request.stop_token_ids)
         return ends if request.ignore_eos else ends | self._end_tokens
 
-    def _enqueue(self, sequence: Sequence, front: bool = False) -> None:
+    def _enqueue(self, sequence: Sequence) -> None:
         """Waiting requests run in order of priority (higher first), then arrival."""
-        if front:
-            self._waiting.appendleft(sequence)
-            return
         priority = sequence.request.priority
         index = len(self._waiting)
         while index > 0 and self._waiting[index - 1].request.priority < priority:
@@ -249,7 +246,7 @@ class EngineLoop:
         slot = sequence.slot
         self._table.truncate(slot, 0)
         slot.owner, sequence.slot, sequence.computed = None, None, 0
-        self._enqueue(sequence, front=True)
+        self._waiting.appendleft(sequence)  # it resumes first
         self.preemptions += 1
         log.info("preempted %s: the KV cache is full; it resumes when room frees", sequence.request.id)
         return True
