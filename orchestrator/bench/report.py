@@ -48,13 +48,9 @@ def machine() -> dict:
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "platform": platform.platform(),
         "python": sys.version.split()[0],
-        "gpus": _gpus(),
+        # The GPUs this process sees, in CUDA's order (none without NVML, a driver or a GPU).
+        "gpus": [gpu.name for gpu in list_visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")).gpus],
     }
-
-
-def _gpus() -> list[str]:
-    """The names of the GPUs this process sees, in CUDA's order (none without NVML, a driver or a GPU)."""
-    return [gpu.name for gpu in list_visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")).gpus]
 
 
 def versions() -> dict:
@@ -84,13 +80,10 @@ def ratios(main: list[dict], other: list[dict], name: str) -> list[dict]:
         base = by_load.get(_load_key(row))
         if base is None:
             continue
-        out.append({
-            "load": row["load"], "of": name,
-            "output_tok_s": _ratio(row["output_tok_s"], base["output_tok_s"]),
-            "ttft_p50": _ratio(row["ttft_s"]["p50"], base["ttft_s"]["p50"]),
-            "itl_p50": _ratio(row["itl_s"]["p50"], base["itl_s"]["p50"]),
-            "e2e_p50": _ratio(row["e2e_s"]["p50"], base["e2e_s"]["p50"]),
-        })
+        medians = {f"{kind}_p50": _ratio(row[f"{kind}_s"]["p50"], base[f"{kind}_s"]["p50"])
+                   for kind in ("ttft", "itl", "e2e")}
+        out.append({"load": row["load"], "of": name,
+                    "output_tok_s": _ratio(row["output_tok_s"], base["output_tok_s"]), **medians})
     return out
 
 
