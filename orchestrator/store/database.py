@@ -110,10 +110,10 @@ class ResponseDatabase:
                   stored.previous_response_id, response, items, size)
 
         def change() -> int:
-            before = self._size_of(stored.id) or 0
+            before = self.connection.execute("SELECT size FROM responses WHERE id = ?", (stored.id,)).fetchone()
             self.connection.execute(f"INSERT OR REPLACE INTO responses ({_COLUMNS}, size) VALUES "
                                     "(?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
-            return size - before
+            return size - (before[0] if before else 0)
 
         self._write(stored.id, change)
 
@@ -207,10 +207,6 @@ class ResponseDatabase:
             self._rollback()
             self._next_age_prune = self._clock() + AGE_PRUNE_INTERVAL_S
             log.warning("response store %s: deleting old responses failed: %s", self.path, exc)
-
-    def _size_of(self, id: str) -> int | None:
-        row = self.connection.execute("SELECT size FROM responses WHERE id = ?", (id,)).fetchone()
-        return None if row is None else row[0]
 
 
 def _connect(path: Path) -> sqlite3.Connection:
