@@ -343,13 +343,9 @@ BACKOFF_CAP_S = 60.0
 def backoff_s(consecutive_failures: int) -> float:
     """Delay before the next load after load failures or crashes in a row: the first retry is immediate,
     then 1, 2, 4 ... seconds, at most a minute."""
-    if consecutive_failures <= 1:
-        return 0.0
-    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (consecutive_failures - 2))
+    return 0.0 if consecutive_failures <= 1 else min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (consecutive_failures - 2))
 
 
 def idle_unload_delay(keep_alive_s: float, pinned: bool) -> float | None:
     """Seconds an idle model stays loaded before it is unloaded; None: it stays until evicted."""
-    if pinned or keep_alive_s < 0:
-        return None
-    return keep_alive_s
+    return None if pinned or keep_alive_s < 0 else keep_alive_s
