@@ -45,15 +45,9 @@ async def usage(http: web.Request) -> web.Response:
         policy = policies.get(name)
         limits = None
         if policy is not None:
-            limits = {
-                "models": None if policy.models is None else sorted(policy.models),
-                "requests_per_minute": policy.requests_per_minute,
-                "tokens_per_minute": policy.tokens_per_minute,
-                "max_concurrent": policy.max_concurrent,
-                "priority": None if policy.priority is None else policy.priority.name.lower(),
-                "admin": policy.admin,
-                "weight": policy.weight,
-            }
+            limits = {field: value for field, value in asdict(policy).items() if field not in ("name", "metrics")}
+            limits["models"] = None if policy.models is None else sorted(policy.models)
+            limits["priority"] = None if policy.priority is None else policy.priority.name.lower()
         now = live.get(name)
         keys[name] = {
             "limits": limits,
