@@ -78,7 +78,7 @@ class ModelEntry:
     last_error: str | None = None
     load_task: asyncio.Task | None = None
     unload_task: asyncio.Task | None = None
-    idle_timer: asyncio.TimerHandle | None = None
+    idle_timer: asyncio.TimerHandle | None = None  # the timers are kept once fired: cancelling one then does nothing
     retry_timer: asyncio.TimerHandle | None = None  # ends a backoff: a crashed model unloaded, a pinned one reloaded
     waiting_for_room: str | None = None  # why its load waits for memory, while it does
     logits_used: int = 0  # bytes of its generation logits pool (engine.logits_pool) drawn by admitted requests
@@ -150,12 +150,10 @@ class ModelEntry:
     def cancel_idle_timer(self) -> None:
         if self.idle_timer is not None:
             self.idle_timer.cancel()
-            self.idle_timer = None
 
     def cancel_retry_timer(self) -> None:
         if self.retry_timer is not None:
             self.retry_timer.cancel()
-            self.retry_timer = None
 
     def retry_in(self, now: float) -> float:
         """Seconds until the next load may be tried (0: now)."""

@@ -228,7 +228,6 @@ class ModelPlacement:
         entry.idle_timer = asyncio.get_running_loop().call_later(delay, self._unload_if_idle, entry)
 
     def _unload_if_idle(self, entry: ModelEntry) -> None:
-        entry.idle_timer = None
         if entry.idle and not entry.pinned:
             self.start_unload(entry, "idle")
 

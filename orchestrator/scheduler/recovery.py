@@ -76,7 +76,6 @@ class Recovery:
         self._capacity_changed()
 
     def _backoff_over(self, entry: ModelEntry, load_failed: bool) -> None:
-        entry.retry_timer = None
         entry.retry_at = 0.0  # over, even if the loop's timer fired a hair before the deadline
         if entry.state is ModelState.FAILED and not load_failed:
             entry.state = ModelState.UNLOADED  # crashed: the next request loads it
