@@ -153,7 +153,7 @@ class AdmissionControl:
                 self._recheck_later(pooled)
                 return
             entry = self._entries[name]
-            waiter = entry.next_waiter(turns[name].key)
+            waiter = entry.waiters.pop(entry.head_of(turns[name].key))  # the key's best, taken off the queue
             if not waiter.future.done():
                 self._take(entry, waiter.tenant, waiter.request, waiter.logits_bytes)
                 waiter.future.set_result(True)
@@ -164,7 +164,7 @@ class AdmissionControl:
         entry = self._entries[name]
         if entry.engine.logits_pool is None:
             return True
-        waiter = entry.peek_waiter(key)
+        waiter = entry.waiters[entry.head_of(key)]
         if waiter.future.done():
             return True  # refused or cancelled meanwhile: taken off the queue, not granted
         draw = _pool_draw(entry, waiter.logits_bytes)

@@ -110,15 +110,8 @@ class ModelEntry:
         return [replace(load, head_priority=heads[load.key].priority, head_arrival=heads[load.key].arrival)
                 if load.key in heads else load for load in loads]
 
-    def next_waiter(self, key: str) -> Waiter:
-        """The key's best waiter (highest priority, oldest), taken off the queue."""
-        return self.waiters.pop(self._head_of(key))
-
-    def peek_waiter(self, key: str) -> Waiter:
-        """The key's best waiter, left in the queue."""
-        return self.waiters[self._head_of(key)]
-
-    def _head_of(self, key: str) -> int:
+    def head_of(self, key: str) -> int:
+        """Where the key's best waiter (highest priority, oldest) is in the queue."""
         return next(i for i, waiter in enumerate(self.waiters) if waiter.tenant.key == key)
 
     def logits_draw(self, request: InferenceRequest) -> int:
