@@ -154,6 +154,7 @@ class ModelEntry:
 
     def snapshot(self, memory_bytes: int, now: float, kept: KeptSnapshot | None = None) -> ModelSnapshot:
         ready = self.state is ModelState.READY
+        pool = self.engine.logits_pool
         return ModelSnapshot(
             name=self.name,
             backend=self.engine.manifest.backend,
@@ -170,13 +171,9 @@ class ModelEntry:
             last_error=self.last_error,
             pid=self.worker.pid if self.worker else None,
             retry_in_s=round(self.retry_in(now), 3) if self.state is ModelState.FAILED else None,
-            generation_logits_pool=self._pool_snapshot(),
+            generation_logits_pool=None if pool is None else PoolSnapshot(pool.pool_bytes, self.logits_used),
             kept_weights=kept,
         )
-
-    def _pool_snapshot(self) -> PoolSnapshot | None:
-        pool = self.engine.logits_pool
-        return None if pool is None else PoolSnapshot(pool.pool_bytes, self.logits_used)
 
 
 def build_entries(config: ServerConfig, catalogue: Catalogue, now: float) -> dict[str, ModelEntry]:
