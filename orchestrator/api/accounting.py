@@ -13,7 +13,6 @@ from orchestrator.access.audit import AuditLog
 from orchestrator.access.usage import UsageMeter
 from orchestrator.api.auth import UNAUDITED_PATHS
 from orchestrator.api.record import RequestRecord
-from orchestrator.lifecycle import InferenceRequest
 
 
 class Accounting:
@@ -21,26 +20,18 @@ class Accounting:
         self._usage, self._audit = usage, audit
 
     def settle(self, http: web.Request, record: RequestRecord) -> None:
-        _settle(http, record, record.status, self._usage, self._audit)
-
-
-def _engine_seconds(request: InferenceRequest) -> float:
-    return 0.0 if request.started is None else (request.finished or time.monotonic()) - request.started
-
-
-def _settle(http: web.Request, record: RequestRecord, status: int, usage: UsageMeter, audit: AuditLog) -> None:
-    request = record.inference
-    ran = request is not None and request.started is not None
-    prompt_tokens = request.prompt_tokens if ran else 0
-    completion_tokens = request.completion_tokens if ran else 0
-    if record.limiter is not None:
-        record.limiter.finish(record.tokens_taken, prompt_tokens + completion_tokens, record.choices_taken)
-    key = record.caller.name if record.caller is not None else None
-    if record.generation and record.model is not None and key is not None:
-        usage.record(key, record.model, status, prompt_tokens, completion_tokens,
-                     _engine_seconds(request) if ran else 0.0)
-    if audit.enabled and http.path not in UNAUDITED_PATHS:
-        audit.write(_audit_entry(http, record, status, audit.include_text))
+        request = record.inference
+        ran = request is not None and request.started is not None
+        prompt_tokens = request.prompt_tokens if ran else 0
+        completion_tokens = request.completion_tokens if ran else 0
+        if record.limiter is not None:
+            record.limiter.finish(record.tokens_taken, prompt_tokens + completion_tokens, record.choices_taken)
+        key = record.caller.name if record.caller is not None else None
+        if record.generation and record.model is not None and key is not None:
+            engine_seconds = (request.finished or time.monotonic()) - request.started if ran else 0.0
+            self._usage.record(key, record.model, record.status, prompt_tokens, completion_tokens, engine_seconds)
+        if self._audit.enabled and http.path not in UNAUDITED_PATHS:
+            self._audit.write(_audit_entry(http, record, record.status, self._audit.include_text))
 
 
 def _audit_entry(http: web.Request, record: RequestRecord, status: int, include_text: bool) -> dict:
