@@ -145,10 +145,6 @@ class HfBackend:
         # On the CPU a closed model's tensors go back to the allocator; on a GPU the CUDA context stays.
         return LoadReport(device=device, reusable=device == "cpu")
 
-    def _block_bytes(self) -> int:
-        kv = self._manifest.kv_cache
-        return kv.bytes_per_token * kv.tokens_per_block
-
     def _load(self) -> str:
         import torch
         import transformers
@@ -177,7 +173,8 @@ class HfBackend:
         model = AutoModelForCausalLM.from_pretrained(
             settings.engine_dir, dtype=getattr(torch, manifest.dtype), attn_implementation="sdpa"
         ).to(device)
-        self._kv_blocks = max(1, settings.kv_cache_bytes // self._block_bytes())
+        kv = manifest.kv_cache
+        self._kv_blocks = max(1, settings.kv_cache_bytes // (kv.bytes_per_token * kv.tokens_per_block))
         generation = GenerationConfig(
             do_sample=False,  # the manager takes the argmax; hf_sampling draws sampled requests' tokens
             eos_token_id=list(manifest.tokenizer.eos_token_ids),
