@@ -33,11 +33,6 @@ GREEDY = -1  # draw key of a request that takes the argmax
 _INT32_MAX = 2**31 - 1
 
 
-def _position(request) -> int:
-    state = request.state
-    return len(state.initial_tokens) + len(state.generated_tokens)
-
-
 class _PerRequestValue(ContinuousBatchingLogitsProcessor):
     """One request-level value per row; `active` says whether any row in this step departs from neutral."""
 
@@ -260,8 +255,9 @@ class SeededDraw(_PerRequestValue):
         self._model_logprobs = scores[[row for row, _, _ in self._wanted]].log_softmax(dim=-1) if self._wanted else None
 
     def value_for(self, request) -> int:
-        seed = request.state.logit_processor_kwargs.get(self.kwarg)
-        return GREEDY if seed is None else draw_key(seed, _position(request))
+        state = request.state
+        seed = state.logit_processor_kwargs.get(self.kwarg)
+        return GREEDY if seed is None else draw_key(seed, len(state.initial_tokens) + len(state.generated_tokens))
 
     def prepare_tensor_args(self, requests_with_new_token) -> torch.Tensor:
         self._wanted = [
