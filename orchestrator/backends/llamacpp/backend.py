@@ -61,14 +61,10 @@ def create(settings: BackendSettings) -> LlamaCppBackend:
 
 
 def _missing(name: str | None) -> str:
-    return (f"the llamacpp backend needs llama-cpp-python=={_pinned()}, and {name} is not installed: "
-            "pip install 'inferno[llamacpp]' (it compiles llama.cpp for this CPU, about 3 minutes on 2 cores)")
-
-
-def _pinned() -> str:
     from orchestrator.backends.llamacpp.api import PINNED_BINDING
 
-    return PINNED_BINDING
+    return (f"the llamacpp backend needs llama-cpp-python=={PINNED_BINDING}, and {name} is not installed: "
+            "pip install 'inferno[llamacpp]' (it compiles llama.cpp for this CPU, about 3 minutes on 2 cores)")
 
 
 def step_threads(configured: int | None, cores: int) -> ThreadTuner:
