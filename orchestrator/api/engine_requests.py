@@ -67,10 +67,6 @@ def check_supported(fields: SamplingFields, engine: Engine) -> None:
             raise UnsupportedParameter(f"{what} is not supported by {where}", param=param)
 
 
-def _seed_for_choice(seed: int, index: int) -> int:
-    return (seed * 1_000_003 + index) & 0x7FFFFFFFFFFFFFFF
-
-
 def _logit_bias(fields: SamplingFields, vocab_size: int) -> tuple[tuple[int, float], ...]:
     bias = []
     for key, value in (fields.logit_bias or {}).items():
@@ -86,7 +82,8 @@ def _logit_bias(fields: SamplingFields, vocab_size: int) -> tuple[tuple[int, flo
 
 def _sampling(fields: SamplingFields, engine: Engine, index: int, bias: tuple) -> SamplingParams:
     defaults = engine.manifest.generation_defaults
-    seed = secrets.randbits(63) if fields.seed is None else _seed_for_choice(fields.seed, index)
+    # A given seed: each choice draws from its own seed, made from it and the choice's index.
+    seed = secrets.randbits(63) if fields.seed is None else (fields.seed * 1_000_003 + index) & 0x7FFFFFFFFFFFFFFF
     return SamplingParams(
         temperature=defaults.temperature if fields.temperature is None else fields.temperature,
         top_p=defaults.top_p if fields.top_p is None else fields.top_p,
