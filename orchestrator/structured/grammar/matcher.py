@@ -111,7 +111,8 @@ class GuidedBatchMasker:
             raise ValueError(
                 f"logits must be a 2-D float32 tensor (got {logits.dtype}, {tuple(logits.shape)})"
             )
-        self._reserve(logits.size(0))
+        if self._bitmask.size(0) < logits.size(0):
+            self._bitmask = xgr.allocate_token_bitmask(logits.size(0), self.vocab_size)
         masked = []
         for row, state in rows:
             if state.is_terminated:
@@ -120,22 +121,15 @@ class GuidedBatchMasker:
             elif state.fill(self._bitmask, row):
                 masked.append(row)
         if masked:
-            bitmask = self._bitmask if logits.device.type == "cpu" else self._bitmask.to(logits.device)
+            width = min(logits.size(1), self.vocab_size)
             if logits.device.type == "cpu":
                 xgr.apply_token_bitmask_inplace(
-                    logits, bitmask, vocab_size=self._width(logits), indices=masked
+                    logits, self._bitmask, vocab_size=width, indices=masked
                 )
             else:  # a pure-torch unpacking: xgrammar's GPU kernel needs triton, which workers need not have
-                _apply_with_torch(logits, bitmask, masked, self._width(logits))
+                _apply_with_torch(logits, self._bitmask.to(logits.device), masked, width)
         if logits.size(1) > self.vocab_size:
             logits[[row for row, _ in rows], self.vocab_size :] = float("-inf")
-
-    def _width(self, logits: torch.Tensor) -> int:
-        return min(logits.size(1), self.vocab_size)
-
-    def _reserve(self, rows: int) -> None:
-        if self._bitmask.size(0) < rows:
-            self._bitmask = xgr.allocate_token_bitmask(rows, self.vocab_size)
 
 
 _BIT_POSITIONS = torch.arange(32, dtype=torch.int32)
