@@ -31,10 +31,6 @@ class StepResult:
     scheduled: bool = False  # the step ran a forward pass (some decode row or prefill chunk)
 
 
-def _key(sequence: Sequence) -> tuple[int, int]:
-    return (-sequence.priority, sequence.order)
-
-
 class SimEngine:
     def __init__(
         self,
@@ -102,7 +98,8 @@ class SimEngine:
         sequence.hashes = prefix_hashes(sequence.prompt, tpb, len(sequence.prompt) // tpb, request.cache_salt)
         if self.retain_system_prompt:  # every block the system prompt touches, as a retention token range does
             sequence.kept = blocks_for(request.system_prefix_tokens, tpb)
-        bisect.insort(self.waiting, sequence, key=_key)
+        # The waiting line runs by priority (highest first), then arrival.
+        bisect.insort(self.waiting, sequence, key=lambda waiting: (-waiting.priority, waiting.order))
         self._by_id[sequence.id] = sequence
 
     def cancel(self, request_id: str) -> None:
