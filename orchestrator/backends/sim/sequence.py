@@ -32,10 +32,6 @@ def unit(value: int) -> float:
     return mix64(value & MASK) / 2.0**64
 
 
-def start_offset(request: EngineRequest, corpus_len: int) -> int:
-    return 0 if request.sampling.greedy else mix64(request.sampling.seed & MASK) % corpus_len
-
-
 def natural_end(request: EngineRequest, natural_length: int) -> int | None:
     """After how many tokens the sequence ends on an end token; None when end tokens are ignored."""
     if request.ignore_eos:
@@ -61,7 +57,7 @@ class Sequence:
         self.max_new = min(request.max_new_tokens, max_seq_len - len(self.prompt))
         self.min_tokens = request.min_tokens
         self.stops = frozenset(request.stop_token_ids)
-        self.cursor = start_offset(request, corpus_len)
+        self.cursor = 0 if request.sampling.greedy else mix64(request.sampling.seed & MASK) % corpus_len
         self.end_at = natural_end(request, natural_length)
         self.salt = request.sampling.seed & MASK
         self.computed = 0  # prompt tokens in the KV cache: reused from the prefix cache or prefilled
