@@ -115,7 +115,7 @@ class GrammarChecker:
         same anonymous one) takes only a free process of the pool."""
         check_structure(guide)
         vocab = _vocab_ref(folder, stop_token_ids, vocab_size)
-        okey = _outcome_key(vocab, guide)
+        okey = hashlib.sha256(f"{vocab.key}\0{guide.kind}\0{guide.text}".encode()).hexdigest()  # vocabulary and guide
         outcome = self._outcomes.get(okey)
         if outcome is not None:
             self._outcomes.move_to_end(okey)
@@ -247,9 +247,3 @@ def _vocab_ref(folder: Path, stop_token_ids: tuple[int, ...] | None, size: int |
     stops = tuple(stop_token_ids) if stop_token_ids else None
     key = json.dumps([str(folder), stat.st_mtime_ns, stat.st_size, stops, size])
     return VocabRef(hashlib.sha256(key.encode()).hexdigest(), str(folder), stops, size)
-
-
-def _outcome_key(vocab: VocabRef, guide: Guide) -> str:
-    digest = hashlib.sha256(f"{vocab.key}\0{guide.kind}\0".encode())
-    digest.update(guide.text.encode())
-    return digest.hexdigest()
