@@ -12,6 +12,7 @@ for a frame that is not exactly that message: a missing or unknown field, or a v
     failed    worker -> server   LoadFailed    error (errors.to_wire)   the load failed; the worker exits
     submit    server -> worker   Submit        request (EngineRequest.to_wire)
     cancel    server -> worker   Cancel        id
+    attach    server -> worker   Attach        request_id, seen, prefix, suffix, handed (ipc/handoff.py)
     stats     server -> worker   StatsQuery    seq
     stats     worker -> server   StatsReport   seq, stats (BackendStats' fields)
     step      worker -> server   Step          outputs: one TextDelta row per request with news
@@ -56,6 +57,7 @@ class FrameKind(StrEnum):
     STEP = "step"
     SHUTDOWN = "shutdown"
     RELEASE = "release"
+    ATTACH = "attach"
 
 
 # -- reading fields ------------------------------------------------------------------------------------------------
@@ -225,6 +227,31 @@ class Cancel:
         return cls(_checked(frame, cls.KIND, {"id": (str,)})["id"])
 
 
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """Write this request's plain text chunks to its client yourself, from the socket handed over for it
+    (ipc/handoff.py; `handed`: with this frame, else with an earlier one), where `prefix` + the text as JSON +
+    `suffix` is a chunk's event. Taken only once the worker has sent exactly `seen` rows for it (the server has
+    written them all; none is on its way): the server offers again as it writes later rows. Once taken, rows of plain
+    text are written, not sent: the next row sent counts their tokens, and one whose chunk could not be written whole
+    (a full or closed socket) carries the rest as its `tail`; the server writes every row from then on."""
+
+    KIND: ClassVar[FrameKind] = FrameKind.ATTACH
+    request_id: str
+    seen: int
+    prefix: str
+    suffix: str
+    handed: bool
+
+    def to_wire(self) -> dict:
+        return {"kind": self.KIND, **asdict(self)}
+
+    @classmethod
+    def from_wire(cls, frame: dict) -> Attach:
+        _framed(cls.KIND, frame)
+        return cls(**{k: v for k, v in _checked(frame, cls.KIND, _field_types(cls)).items() if k != "kind"})
+
+
 class _Signal:
     """A message that is only its kind."""
 
@@ -316,6 +343,7 @@ class TextDelta:
     cached_tokens: int | None = None  # prompt tokens the engine served from its prefix cache
     reasoning: str | None = None  # new thinking text (reasoning models), apart from the answer's text
     tool_calls: list | None = None  # OpenAI's delta.tool_calls entries: id, type and name once, then arguments
+    tail: str | None = None  # an attached stream's bytes the worker could not write (as latin-1), to write first
 
     @classmethod
     def failure(cls, request_id: str, error: InfernoError) -> TextDelta:
@@ -346,7 +374,7 @@ class TextDelta:
         return delta
 
 
-_EXTRAS = ("logprobs", "cached_tokens", "reasoning", "tool_calls")
+_EXTRAS = ("logprobs", "cached_tokens", "reasoning", "tool_calls", "tail")
 _EXTRA_TYPES = {name: types for name, types in _field_types(TextDelta).items() if name in _EXTRAS}
 
 
@@ -377,11 +405,11 @@ class Step:
 
 
 # -- the tables --------------------------------------------------------------------------------------------------
-ToWorker = LoadSpec | Submit | Cancel | StatsQuery | Shutdown | Release
+ToWorker = LoadSpec | Submit | Cancel | Attach | StatsQuery | Shutdown | Release
 FromWorker = Idle | WorkerReady | LoadFailed | StatsReport | Step
 
 TO_WORKER: dict[FrameKind, type[ToWorker]] = {
-    m.KIND: m for m in (LoadSpec, Submit, Cancel, StatsQuery, Shutdown, Release)
+    m.KIND: m for m in (LoadSpec, Submit, Cancel, Attach, StatsQuery, Shutdown, Release)
 }
 FROM_WORKER: dict[FrameKind, type[FromWorker]] = {
     m.KIND: m for m in (Idle, WorkerReady, LoadFailed, StatsReport, Step)
