@@ -1,6 +1,6 @@
 """A model's worker process: owns one engine, drives its backend, speaks to the HTTP process over IPC.
 
-    python -m orchestrator.worker --fd N [--preload hf,trtllm] [--log-level info]
+    python -m orchestrator.worker --fd N [--handoff-fd M] [--preload hf,trtllm] [--log-level info]
 
 It starts without a model: it imports the backends' runtimes (`--preload`), says "idle", and waits for a
 "load" message naming the engine (every message, both ways: ipc/messages.py). The server keeps one such
@@ -35,8 +35,13 @@ from orchestrator.engine.manifest import ChatFormat, load_manifest
 from orchestrator.engine.request import EngineRequest, TokenDelta, check_request
 from orchestrator.errors import EngineDead, EngineError, InfernoError, OutOfMemory, without_paths
 from orchestrator.ipc.channel import Channel, ChannelClosed
+from orchestrator.ipc.handoff import Handoff
 from orchestrator.ipc.messages import (
+    PLAIN_ROW_LEN,
     ROW_FINISH,
+    ROW_NUM_TOKENS,
+    ROW_TEXT,
+    Attach,
     Cancel,
     Idle,
     LoadFailed,
@@ -55,11 +60,13 @@ from orchestrator.ipc.messages import (
 from orchestrator.structured.tool_formats import tool_format
 from orchestrator.text.byte_level import ByteLevelPieces
 from orchestrator.worker.channels import OutputChannels
+from orchestrator.worker.direct import DirectStream
 from orchestrator.worker.outputs import SequenceOutput, TokenTexts
 
 log = logging.getLogger("inferno.worker")
 EXIT_ENGINE_DEAD = 3  # the engine stopped for good; the server loads the model afresh
 RELEASED = -1  # serving ended by a release: the worker may load another model
+HOLD_ROWS = 8  # rows of an offered stream held back while the server writes those on their way (Attach)
 RELEASE_SLACK_BYTES = 256 * 2**20  # resident memory a released worker may keep above its first "idle"
 
 
@@ -74,8 +81,9 @@ class Worker:
     any_thread = True
 
     def __init__(self, channel: Channel, backend: Backend, tokenizer: Tokenizer, vocab_size: int,
-                 chat_format: ChatFormat | None = None):
+                 chat_format: ChatFormat | None = None, handoff: Handoff | None = None):
         self._channel = channel
+        self._handoff = handoff  # client sockets, for attached streams
         self._chat_format = chat_format or ChatFormat()
         self._backend = backend
         self._tokenizer = tokenizer
@@ -94,6 +102,8 @@ class Worker:
             await self._handle_messages(dead)
         finally:
             dead.cancel()
+            if self._handoff is not None:
+                self._handoff.take("")  # close sockets handed over for attaches that never came
 
     async def _handle_messages(self, dead: asyncio.Task) -> None:
         while True:
@@ -120,7 +130,9 @@ class Worker:
             if exc.request_id is not None:
                 self._refuse(exc.request_id, EngineError(f"the engine refused the request: {exc}"))
             return True
-        if type(message) is Submit:
+        if type(message) is Attach:
+            self._attach(message)
+        elif type(message) is Submit:
             self._submit(message.request)
         elif type(message) is Cancel:
             self._cancel(message.request_id)
@@ -160,6 +172,18 @@ class Worker:
         fmt = tool_format(self._chat_format.tool_call_format)
         return OutputChannels(request, fmt, self._chat_format.reasoning_format)
 
+    def _attach(self, message: Attach) -> None:
+        """Write the request's plain text to the socket handed over for it, once no row of it is on its way."""
+        fd = self._handoff.take(message.request_id) if message.handed and self._handoff is not None else None
+        with self._stepping:
+            output = self._live.get(message.request_id)
+            if output is not None and fd is not None and output.direct is None:
+                output.direct, fd = DirectStream(fd, message.prefix, message.suffix), None
+            if output is not None and output.direct is not None and output.sent == message.seen:
+                output.direct.attached = True
+        if fd is not None:
+            os.close(fd)
+
     def _cancel(self, request_id: str) -> None:
         if request_id in self._live:
             self._backend.cancel(request_id)
@@ -176,6 +200,11 @@ class Worker:
                 row = output.row(delta)
                 if row is None:
                     continue
+                if output.direct is not None:
+                    row = self._written(output, row)
+                    if row is None:
+                        continue
+                output.sent += 1
                 rows.append(row)
                 if row[ROW_FINISH] is not None:
                     del live[delta.request_id]
@@ -183,6 +212,35 @@ class Worker:
                         self._backend.cancel(delta.request_id)
             if rows:
                 self._send(rows)
+
+    @staticmethod
+    def _written(output: SequenceOutput, row: list) -> list | None:
+        """An offered or attached stream's row. Attached: plain text is written to the client (None: nothing to
+        send). Offered: plain text is held back for up to HOLD_ROWS rows, while the server writes the rows on their
+        way and offers again (then the held text is written with the next); past that it is sent. Anything else, or
+        a chunk the socket did not take whole, goes back to the server with the text held and the tokens written or
+        held since the last row it got, and the attachment ends."""
+        direct = output.direct
+        if len(row) == PLAIN_ROW_LEN and row[ROW_FINISH] is None:
+            text, direct.held = direct.held + row[ROW_TEXT], ""
+            direct.unreported += row[ROW_NUM_TOKENS]
+            if not direct.attached:
+                direct.holds += 1
+                if direct.holds <= HOLD_ROWS:
+                    direct.held = text
+                    return None
+                row = [output.request_id, text, direct.unreported, None, None]
+                direct.unreported = 0
+                return row
+            tail = direct.write(text) if text else b""
+            if not tail:
+                return None
+            row = TextDelta(output.request_id, "", direct.unreported, tail=tail.decode("latin-1")).to_wire()
+        else:
+            row[ROW_TEXT], row[ROW_NUM_TOKENS] = direct.held + row[ROW_TEXT], row[ROW_NUM_TOKENS] + direct.unreported
+        direct.close()
+        output.direct = None
+        return row
 
     def dead(self, reason: str) -> None:
         log.error("the engine stopped: %s; exiting so the model is loaded afresh", reason)
@@ -192,6 +250,9 @@ class Worker:
     def _fail_live(self, error: InfernoError) -> None:
         with self._stepping:
             rows = [TextDelta.failure(request_id, error).to_wire() for request_id in self._live]
+            for output in self._live.values():
+                if output.direct is not None:
+                    output.direct.close()
             self._live.clear()
             if rows:
                 self._send(rows)
@@ -240,8 +301,9 @@ async def _fail_load(channel: Channel, error: InfernoError) -> int:
     return 1
 
 
-async def main_async(fd: int, preload: tuple[str, ...]) -> int:
+async def main_async(fd: int, preload: tuple[str, ...], handoff_fd: int | None = None) -> int:
     channel = await Channel.open(socket.socket(fileno=fd), any_thread=True)
+    handoff = Handoff(socket.socket(fileno=handoff_fd)) if handoff_fd is not None else None
     preload_backends(preload)
     aio.settle_heap()
     baseline = psutil.Process().memory_info().rss
@@ -256,13 +318,13 @@ async def main_async(fd: int, preload: tuple[str, ...]) -> int:
             return await _fail_load(channel, EngineError(f"the worker could not read its load message: {exc}"))
         if spec is None:
             return 0
-        code = await _serve(channel, spec)
+        code = await _serve(channel, spec, handoff)
         if code != RELEASED or not _memory_back(baseline):
             return 0 if code == RELEASED else code
         _name_the_log("spare")
 
 
-async def _serve(channel: Channel, spec: LoadSpec) -> int:
+async def _serve(channel: Channel, spec: LoadSpec, handoff: Handoff | None = None) -> int:
     """Load the engine, serve it until told to stop, close it; the exit code, or RELEASED."""
     folder = Path(spec.engine_dir)
     _name_the_log(folder.name)
@@ -272,7 +334,7 @@ async def _serve(channel: Channel, spec: LoadSpec) -> int:
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         backend = create_backend(BackendSettings(folder, manifest, spec.kv_cache_bytes, spec.options, spec.weights_kept))
         vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-        worker = Worker(channel, backend, tokenizer, vocab_size, manifest.chat)
+        worker = Worker(channel, backend, tokenizer, vocab_size, manifest.chat, handoff)
         report = await backend.start(worker)
     except Exception as exc:
         error = _classify_load_error(exc, folder)
@@ -314,6 +376,7 @@ def _name_the_log(model: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchestrator.worker")
     parser.add_argument("--fd", type=int, required=True, help="the inherited socket to the server")
+    parser.add_argument("--handoff-fd", type=int, help="the inherited socket client sockets come over")
     parser.add_argument("--preload", default="", help="backends whose runtime to import before any load")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -321,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s worker[spare] %(name)s: %(message)s"
     )
     preload = tuple(name for name in args.preload.split(",") if name)
-    code = aio.run(main_async(args.fd, preload))
+    code = aio.run(main_async(args.fd, preload, args.handoff_fd))
     # The engine is closed and its results delivered: skip the interpreter's teardown of torch and CUDA
     # (seconds, for nothing); the process's memory, host and device, is returned as it exits.
     logging.shutdown()

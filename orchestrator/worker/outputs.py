@@ -14,6 +14,7 @@ from orchestrator.ipc.messages import TextDelta
 from orchestrator.text.byte_level import ByteLevelPieces
 from orchestrator.text.detokenizer import IncrementalDetokenizer, StopMatcher
 from orchestrator.worker.channels import OutputChannels
+from orchestrator.worker.direct import DirectStream
 
 
 class TokenTexts:
@@ -36,8 +37,8 @@ class SequenceOutput:
     `channels` (requests that parse tool calls or thinking), each step's text is split into content, reasoning and
     tool calls, and special tokens stay in the text the parsers read (a format's call marker may be one)."""
 
-    __slots__ = ("_channels", "_detokenizer", "_min_tokens", "_plain", "_stops", "_texts", "generated",
-                 "request_id", "stopped")
+    __slots__ = ("_channels", "_detokenizer", "_min_tokens", "_plain", "_stops", "_texts", "direct", "generated",
+                 "request_id", "sent", "stopped")
 
     def __init__(self, request: EngineRequest, tokenizer: Tokenizer, texts: TokenTexts,
                  channels: OutputChannels | None = None, pieces: ByteLevelPieces | None = None):
@@ -51,6 +52,8 @@ class SequenceOutput:
         self._plain = not request.stop and channels is None and not request.logprobs  # text is all there is
         self.generated = 0
         self.stopped = False
+        self.sent = 0  # rows sent to the server
+        self.direct: DirectStream | None = None  # the client's socket, where the server attached it (Attach)
 
     def row(self, delta: TokenDelta) -> list | None:
         """`on_delta`'s answer as its wire row (TextDelta.to_wire), made directly in the common case: a request

@@ -1,0 +1,193 @@
+"""A stream attached to its worker (ipc/messages.py's Attach): the worker writes plain text chunks to the client's
+socket itself and sends the server only the rest, in an order the server can write after it."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+from tokenizers import Tokenizer
+
+from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
+from orchestrator.ipc.handoff import Handoff
+from orchestrator.ipc.messages import Attach, TextDelta, decode_from_worker
+from orchestrator.worker.main import HOLD_ROWS, Worker
+
+PREFIX, SUFFIX = 'data: {"text":', "}\n\n"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(default_engine) -> Tokenizer:
+    return Tokenizer.from_file(str(default_engine / "tokenizer.json"))
+
+
+class Backend:
+    def submit(self, request):
+        pass
+
+    def cancel(self, request_id):
+        pass
+
+
+class Frames:
+    def __init__(self):
+        self.frames: list[dict] = []
+
+    def send(self, frame):
+        self.frames.append(frame)
+
+    def rows(self) -> list[TextDelta]:
+        return [TextDelta.from_wire(row) for frame in self.frames for row in decode_from_worker(frame).rows]
+
+
+@pytest.fixture
+def client():
+    """The client's end and the server's end of a connection."""
+    ours, theirs = socket.socketpair()
+    yield ours, theirs
+    ours.close()
+    theirs.close()
+
+
+@pytest.fixture
+def handoff():
+    ours, theirs = (Handoff(end) for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET))
+    yield ours, theirs
+    ours.close()
+    theirs.close()
+
+
+@pytest.fixture
+def worker(tokenizer, handoff) -> Worker:
+    worker = Worker(Frames(), Backend(), tokenizer, tokenizer.get_vocab_size(with_added_tokens=True),
+                    handoff=handoff[1])
+    worker._submit(EngineRequest("r", (1,), 500))
+    return worker
+
+
+def attach(worker: Worker, handoff: Handoff, sock: socket.socket | None, seen: int) -> None:
+    """Offer the worker `sock` (None: the one offered before), as the server does: the socket over the handoff,
+    then the frame."""
+    assert sock is None or handoff.give("r", sock.fileno())
+    worker._handle(Attach("r", seen, PREFIX, SUFFIX, handed=sock is not None).to_wire())
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def tokens(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def chunks(data: bytes) -> list[bytes]:
+    """The events of HTTP/1.1 chunks."""
+    out = []
+    while data:
+        size, _, rest = data.partition(b"\r\n")
+        length = int(size, 16)
+        out.append(rest[:length])
+        data = rest[length + 2 :]
+    return out
+
+
+def test_an_attached_stream_writes_its_text_and_sends_only_the_finish_with_every_token_counted(
+        tokenizer, worker, handoff, client):
+    ours, theirs = client
+    held = open_fds()
+    words = [" Paris", " is", " lovely", " in", " spring"]
+    worker.step([TokenDelta("r", tokens(tokenizer, words[0]))])  # before the attach: a row to the server
+    attach(worker, handoff[0], theirs, seen=1)
+    assert worker._live["r"].direct.attached and open_fds() == held + 1
+    for word in words[1:]:
+        worker.step([TokenDelta("r", tokens(tokenizer, word))])
+    worker.step([TokenDelta("r", tokens(tokenizer, "."), FinishReason.LENGTH)])
+    assert [(row.text, row.num_tokens, row.finish) for row in worker._channel.rows()] == [
+        (" Paris", 1, None), (".", len(words), FinishReason.LENGTH)]  # the finish counts the 4 tokens written
+    assert chunks(ours.recv(65536)) == [f'{PREFIX}"{word}"{SUFFIX}'.encode() for word in words[1:]]
+    assert open_fds() == held  # the worker let its copy of the socket go with the finish
+
+
+def test_an_offer_made_while_a_row_was_on_its_way_holds_the_text_back_until_the_server_offers_again(
+        tokenizer, worker, handoff, client):
+    """The server had written one row when it offered; the second was on its way. The worker keeps the socket and
+    holds the next text back; once the server has written the second row and offers again, the held text goes out
+    with the next, as one chunk."""
+    ours, theirs = client
+    held = open_fds()
+    worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
+    worker.step([TokenDelta("r", tokens(tokenizer, " two"))])
+    attach(worker, handoff[0], theirs, seen=1)
+    assert not worker._live["r"].direct.attached and open_fds() == held + 1
+    worker.step([TokenDelta("r", tokens(tokenizer, " three"))])
+    attach(worker, handoff[0], None, seen=2)  # the server has written " two"
+    worker.step([TokenDelta("r", tokens(tokenizer, " four"))])
+    worker.step([TokenDelta("r", [], FinishReason.STOP)])
+    assert [(row.text, row.num_tokens) for row in worker._channel.rows()] == [(" one", 1), (" two", 1), ("", 2)]
+    assert chunks(ours.recv(65536)) == [f'{PREFIX}" three four"{SUFFIX}'.encode()] and open_fds() == held
+
+
+def test_text_held_back_too_long_is_sent_and_a_later_offer_can_still_attach(tokenizer, worker, handoff, client):
+    ours, theirs = client
+    worker.step([TokenDelta("r", tokens(tokenizer, " zero"))])
+    worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
+    attach(worker, handoff[0], theirs, seen=1)  # no offer follows: the server's socket buffer was not empty
+    words = [f" w{i}" for i in range(HOLD_ROWS + 1)]
+    for word in words:
+        worker.step([TokenDelta("r", tokens(tokenizer, word))])
+    rows = worker._channel.rows()
+    assert [(row.text, row.num_tokens) for row in rows[2:]] == [("".join(words), sum(
+        len(tokens(tokenizer, word)) for word in words))]
+    attach(worker, handoff[0], None, seen=3)
+    worker.step([TokenDelta("r", tokens(tokenizer, " last"))])
+    assert len(worker._channel.rows()) == 3 and chunks(ours.recv(65536)) == [f'{PREFIX}" last"{SUFFIX}'.encode()]
+
+
+def test_a_request_that_ends_while_offered_lets_the_socket_go(tokenizer, worker, handoff, client):
+    _, theirs = client
+    held = open_fds()
+    worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
+    worker.step([TokenDelta("r", tokens(tokenizer, " two"))])
+    attach(worker, handoff[0], theirs, seen=1)
+    worker.step([TokenDelta("r", tokens(tokenizer, " three"), FinishReason.LENGTH)])
+    assert [row.text for row in worker._channel.rows()] == [" one", " two", " three"] and open_fds() == held
+
+
+def test_a_socket_handed_over_for_an_attach_that_never_came_is_closed_by_the_next(tokenizer, worker, handoff, client):
+    _, theirs = client
+    held = open_fds()
+    worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
+    assert handoff[0].give("other", theirs.fileno())  # its attach frame never arrives
+    attach(worker, handoff[0], theirs, seen=1)
+    assert worker._live["r"].direct is not None and open_fds() == held + 1
+    assert handoff[1].take("r") is None  # nothing else is waiting
+
+
+def test_a_chunk_the_socket_does_not_take_whole_goes_back_as_the_rows_tail(tokenizer, worker, handoff, client):
+    """A client that reads nothing: the socket fills, the rest of the chunk and the tokens written so far go to
+    the server in one row, and every later row goes to the server too."""
+    ours, theirs = client
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    worker.step([TokenDelta("r", tokens(tokenizer, " a"))])
+    attach(worker, handoff[0], theirs, seen=1)
+    word = tokens(tokenizer, " " + "x" * 200)
+    steps = 0
+    while not worker._channel.rows()[1:]:
+        worker.step([TokenDelta("r", word)])
+        steps += 1
+        assert steps < 10_000
+    worker.step([TokenDelta("r", tokens(tokenizer, " after"))])
+    rows = worker._channel.rows()
+    handed_back, after = rows[1], rows[2]
+    assert handed_back.text == "" and handed_back.tail and handed_back.num_tokens == steps * len(word)
+    assert after.text == " after" and after.tail is None and worker._live["r"].direct is None
+    ours.setblocking(False)
+    received = b""
+    while True:
+        try:
+            received += ours.recv(1 << 20)
+        except BlockingIOError:
+            break
+    whole = received + handed_back.tail.encode("latin-1")  # what the client got, then what the server writes next
+    assert chunks(whole) == [f'{PREFIX}"{" " + "x" * 200}"{SUFFIX}'.encode()] * steps
