@@ -20,6 +20,7 @@ from orchestrator.ipc.messages import (
     TextDelta,
 )
 from orchestrator.structured.guide import Guide
+from orchestrator.supervisor.handle import WorkerHandle
 
 
 class RequestStatus(IntEnum):
@@ -89,6 +90,8 @@ class InferenceRequest:
     # Takes a plain text row (choice, text) without waking the handler; returns False to send it to `events`.
     fast_path: Callable[[Choice, str], bool] | None = None
     keeps_output: bool = False  # collect each choice's output on it (a whole response; an agent API's stream)
+    rows: int = 0  # rows delivered so far (an attach says how many it has seen)
+    worker: WorkerHandle | None = None  # the worker running it, once leased
     _by_engine_id: dict[str, Choice] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -100,6 +103,7 @@ class InferenceRequest:
         """The worker client's sink: one call per engine step that produced output for this request, with its
         wire row (`TextDelta.to_wire`). Plain text goes the fast path when there is one and nothing is queued
         ahead of it (order is kept); anything else (a finish, an error, extras) wakes the handler."""
+        self.rows += 1
         fast = self.fast_path
         if fast is not None and len(row) == PLAIN_ROW_LEN and row[ROW_FINISH] is None and self.events.empty():
             choice = self._by_engine_id[row[ROW_REQUEST_ID]]

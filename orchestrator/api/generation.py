@@ -55,6 +55,7 @@ async def running(http: web.Request, prepared: Prepared) -> AsyncIterator[Infere
                 key=None if prepared.tenant.key == ANONYMOUS.name else prepared.tenant.key,
             )
         async with state.scheduler.lease(request, prepared.priority, prepared.tenant) as worker:
+            request.worker = worker
             for choice in request.choices:
                 worker.submit(choice.engine_request, request.deliver)
             yield request
@@ -196,9 +197,15 @@ def _take_text(choice: Choice, text: str) -> bool:
     return True
 
 
+ATTACH_TRIES = 64  # offers to a stream's worker (the socket goes with the first); a row after one says it waits
+
+
 class _EventStream:
     """One response's event stream: OpenAI's chunks, in order, over an SseWriter. Plain text rows are written by
-    `fast_text` straight from the worker reader's dispatch; everything else passes through `handle`."""
+    `fast_text` straight from the worker reader's dispatch; everything else passes through `handle`. Once open, a
+    one-choice stream of plain text is offered to its worker (`SseWriter.fd`, `WorkerHandle.attach`), which then
+    writes the text chunks to the client itself and sends only the rest: the finish, or a tail it could not write
+    (then this stream writes everything again)."""
 
     def __init__(self, http: web.Request, request: InferenceRequest, fmt: Format, include_usage: bool,
                  continuous_usage: bool):
@@ -210,6 +217,10 @@ class _EventStream:
         self.templates = ChunkTemplates(
             lambda index, text: fmt.chunk(request, self.created, index, text, include_usage=include_usage)
         )
+        engine = request.choices[0].engine_request
+        plain = len(request.choices) == 1 and not (continuous_usage or engine.logprobs or engine.tool_calls
+                                                   or engine.reasoning)
+        self.attach_tries = ATTACH_TRIES if plain and request.worker is not None else 0
 
     async def open(self) -> None:
         first = b"".join(
@@ -225,7 +236,22 @@ class _EventStream:
         if not text:
             return True
         prefix, suffix = self.templates.parts(choice.index)
-        return self.writer.write_parts(prefix, orjson.dumps(text), suffix)
+        written = self.writer.write_parts(prefix, orjson.dumps(text), suffix)
+        if self.attach_tries:  # a row came after the last offer: it was declined
+            self.attach()
+        return written
+
+    def attach(self) -> None:
+        """Offer the worker this stream's socket, where every row it delivered is written (none waits in `events`,
+        no byte in the transport): the worker writes only rows it sends after those."""
+        fd = self.writer.fd() if self.attach_tries and self.request.events.empty() else None
+        if fd is not None:
+            prefix, suffix = self.templates.parts(0)
+            handed = fd if self.attach_tries == ATTACH_TRIES else None
+            self.attach_tries -= 1
+            if not self.request.worker.attach(self.request.choices[0].engine_request.id, handed, prefix, suffix,
+                                              self.request.rows):
+                self.attach_tries = 0
 
     def chunk(self, choice: Choice, delta: TextDelta) -> bytes:
         chunk = self.fmt.chunk(
@@ -241,6 +267,11 @@ class _EventStream:
         request, out = self.request, bytearray()
         for delta in deltas:
             choice = request.record(delta)
+            if delta.tail is not None:  # the worker handed the stream back mid-chunk: that chunk's rest first
+                self.attach_tries = 0
+                await self.writer.send(bytes(out))
+                await self.writer.send_framed(delta.tail.encode("latin-1"))
+                out.clear()
             if choice.error is not None:
                 request.finish(RequestStatus.FINISHED_ERROR)
                 error = error_body(choice.error, record_of(self.http).id)  # the id the logs know it by
@@ -273,3 +304,4 @@ async def _stream(
             await stream.open()
         if await stream.handle(deltas):
             return stream.writer.response
+        stream.attach()

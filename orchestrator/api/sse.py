@@ -101,6 +101,13 @@ class SseWriter:
         transport.write(framed)
         return True
 
+    def fd(self) -> int | None:
+        """The socket's descriptor, for another process to write chunks to, where nothing is left to write here
+        (None: bytes wait in the transport, or the client has gone)."""
+        transport = self._transport
+        idle = transport is not None and not transport.is_closing() and not transport.get_write_buffer_size()
+        return transport.get_extra_info("socket").fileno() if idle else None
+
     def _writable(self, transport) -> bool:
         return transport is not None and not transport.is_closing() and (
             transport.get_write_buffer_size() <= self._high_water
@@ -115,6 +122,12 @@ class SseWriter:
         if not self.write(data):
             await self._room()
             self.write(data)  # taken: nothing ran between the room and the write
+
+    async def send_framed(self, data: bytes) -> None:
+        """Send bytes that are framed already (the rest of a chunk another process began to write)."""
+        await self._room()
+        self.handed += len(data)
+        self._transport.write(data)
 
     async def _room(self) -> None:
         """Wait until a write would be taken; ConnectionResetError if the client has gone."""

@@ -16,6 +16,7 @@ from orchestrator.ipc.channel import ChannelClosed
 from orchestrator.ipc.messages import (
     ROW_FINISH,
     ROW_REQUEST_ID,
+    Attach,
     Cancel,
     Idle,
     LoadFailed,
@@ -57,6 +58,7 @@ class WorkerClient:
         self.model = model
         self._proc = process.process
         self._channel = process.channel
+        self._handoff = process.handoff
         self._on_exit = on_exit
         self._sinks: dict[str, Sink] = {}
         self._stats_waiters: dict[int, asyncio.Future] = {}
@@ -120,6 +122,15 @@ class WorkerClient:
             with contextlib.suppress(ChannelClosed):
                 self._channel.send(Cancel(request_id).to_wire())
 
+    def attach(self, request_id: str, fd: int | None, prefix: bytes, suffix: bytes, seen: int) -> bool:
+        if not (self.alive and request_id in self._sinks and self._handoff):
+            return False
+        if fd is None or self._handoff.give(request_id, fd):
+            with contextlib.suppress(ChannelClosed):
+                self._channel.send(Attach(request_id, seen, prefix.decode(), suffix.decode(), fd is not None).to_wire())
+                return True
+        return False
+
     async def stats(self, timeout_s: float = 1.0) -> BackendStats | None:
         """The engine's stats snapshot, or None if the worker does not answer in time."""
         if not self.alive or self._stopping:
@@ -167,10 +178,10 @@ class WorkerClient:
             idle = False
         if not idle:
             await self._kill()
-            self._channel.close()
+            self._close()
         if self._reader is not None:
             await self._reader
-        return WorkerProcess(self._proc, self._channel) if idle else None
+        return WorkerProcess(self._proc, self._channel, self._handoff) if idle else None
 
     async def _read_loop(self) -> None:
         try:
@@ -200,7 +211,7 @@ class WorkerClient:
             return
         if self._released is not None:
             self._released.set_result(False)
-        self._channel.close()
+        self._close()
         self._on_exit(self.model)  # before anything else: new requests must not reach this worker
         try:
             code = await asyncio.wait_for(self._proc.wait(), EXIT_CODE_WAIT_S)
@@ -224,6 +235,11 @@ class WorkerClient:
             if row[ROW_FINISH] is not None:
                 del sinks[row[ROW_REQUEST_ID]]
             sink(row)
+
+    def _close(self) -> None:
+        self._channel.close()
+        if self._handoff is not None:
+            self._handoff.close()
 
     def _fail_all(self, error: InfernoError) -> None:
         sinks, self._sinks = self._sinks, {}

@@ -41,6 +41,13 @@ class WorkerHandle(Protocol):
         """Stop a request in the engine; no more deltas reach its sink."""
         ...
 
+    def attach(self, request_id: str, fd: int | None, prefix: bytes, suffix: bytes, seen: int) -> bool:
+        """Offer the worker the client's socket `fd` (None: the one offered before) to write the request's plain
+        text chunks itself (prefix + the text as JSON + suffix, framed), if it has sent `seen` rows: every one the
+        server has written (ipc/messages.py's Attach). True if the offer went out; if rows keep coming, it was not
+        taken."""
+        ...
+
     async def stats(self, timeout_s: float) -> BackendStats | None:
         """The engine's stats, or None if the worker does not answer in time."""
         ...

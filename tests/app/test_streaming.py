@@ -4,11 +4,14 @@ and `n > 1` choices interleaved. The engine's output is scripted step by step th
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 
 import openai
 
 from orchestrator.engine.request import FinishReason
 from orchestrator.errors import EngineError, WorkerCrashed
+from orchestrator.ipc.messages import TextDelta
 from tests.app.harness import running_app, sse_events
 
 HI = [{"role": "user", "content": "Say hello."}]
@@ -160,3 +163,47 @@ def test_a_worker_gone_before_the_request_is_a_503(catalogue):
             return response.status, (await response.json())["error"]["code"]
 
     assert asyncio.run(go()) == (503, "worker_crashed")
+
+
+def test_a_stream_its_worker_writes_and_hands_back_mid_chunk_reaches_the_client_whole(catalogue):
+    """The app's half of an attached stream (ipc/messages.py's Attach): it offers the connection's socket once every
+    row delivered is written; chunks the worker then writes to the socket itself, and the rest of a chunk it hands
+    back (a row's tail), reach the client in order before what the app writes next, with every token counted; after
+    a tail the app writes everything and offers no more."""
+    async def go():
+        async with running_app(catalogue) as app:
+            offers = []
+
+            def attach(request_id, fd, prefix, suffix, seen):
+                offers.append((request_id, None if fd is None else os.dup(fd), prefix, suffix, seen))
+                return True
+
+            body = chat(app.model, stream_options={"include_usage": True})
+            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=body))
+            worker, request = await app.workers.next_submit()
+            worker.attach = attach
+            worker.emit(request.id, "Hello", tokens=1)
+            response = await responding
+            while not offers:
+                await asyncio.sleep(0.01)
+            request_id, fd, prefix, suffix, seen = offers[0]
+            assert (request_id, seen) == (request.id, 1) and fd is not None
+
+            def framed(text: str) -> bytes:
+                data = prefix + json.dumps(text).encode() + suffix
+                return b"%x\r\n%b\r\n" % (len(data), data)
+
+            os.write(fd, framed(", wor"))
+            third = framed("ld")
+            os.write(fd, third[:7])
+            os.close(fd)
+            worker.sinks[request.id](TextDelta(request.id, "", 2, tail=third[7:].decode("latin-1")).to_wire())
+            worker.emit(request.id, "!", tokens=1)
+            worker.emit(request.id, "", tokens=0, finish=FinishReason.STOP)
+            return await response.read(), len(offers)
+
+    raw, offered = asyncio.run(go())
+    chunks = sse_events(raw)[:-1]
+    assert [c["choices"][0]["delta"].get("content") for c in chunks[1:-1]] == [
+        "Hello", ", wor", "ld", "!", None]
+    assert chunks[-1]["usage"]["completion_tokens"] == 4 and offered == 1

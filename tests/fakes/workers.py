@@ -69,6 +69,9 @@ class FakeWorker:
             self.cancelled.append(request_id)
             self._source.cancels.put_nowait(request_id)
 
+    def attach(self, request_id: str, fd: int | None, prefix: bytes, suffix: bytes, seen: int) -> bool:
+        return False  # no process to hand a socket to: the app writes every row
+
     async def stats(self, timeout_s: float) -> BackendStats | None:
         """A made-up KV cache of 64 blocks of 16 tokens, none in use."""
         if not self.alive:

@@ -4,8 +4,13 @@ says everywhere that it is simulated."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import socket
+import time
 import urllib.request
+from urllib.parse import urlparse
 
 import openai
 import pytest
@@ -59,6 +64,53 @@ def test_streaming_with_usage(client):
     assert finish == ["length"] and chunks[-1].usage.completion_tokens == 20
     whole = client.chat.completions.create(model="sim-fast", messages=HI, max_tokens=20, seed=5)
     assert whole.choices[0].message.content == text
+
+
+def read_stream(sock: socket.socket, data: bytes = b"") -> list[dict]:
+    """The rest of a chunked event stream (after `data`): its JSON events, once the last chunk has come."""
+    while not data.endswith(b"\r\n0\r\n\r\n"):
+        data += sock.recv(1 << 16) or pytest.fail("the stream ended without its last chunk")
+    body, rest = b"", data.split(b"\r\n\r\n", 1)[1]
+    while rest:
+        size, _, rest = rest.partition(b"\r\n")
+        body, rest = body + rest[: int(size, 16)], rest[int(size, 16) + 2 :]
+    events = [line.removeprefix(b"data: ") for line in body.split(b"\n\n") if line]
+    assert events[-1] == b"[DONE]"
+    return [json.loads(event) for event in events[:-1]]
+
+
+def test_a_plain_stream_is_written_by_its_worker_and_comes_whole_to_a_client_that_pauses(server, client):
+    """Once its headers are out, a one-choice stream of plain text is attached to its worker, which writes the text
+    to the connection itself: chunks keep coming while the HTTP process is stopped. A client that then stops reading
+    fills the socket: the worker hands the stream back mid-chunk, the server writes the rest, and the client gets
+    every chunk whole, in order, with its usage."""
+    body = {"model": "sim-fast", "prompt": "Once", "max_tokens": 8000, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    whole = client.completions.create(model="sim-fast", prompt="Once", max_tokens=8000, temperature=0,
+                                      extra_body={"ignore_eos": True})
+    address = urlparse(server.base_url)
+    sock = socket.create_connection((address.hostname, address.port), timeout=60)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the pause fills the socket soon
+    payload = json.dumps({**body, "ignore_eos": True}).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%b" % (len(payload), payload))
+    data = b""
+    while data.count(b"data: ") < 100:  # the server offers the stream to its worker as it writes these
+        data += sock.recv(1 << 16)
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        sock.settimeout(0.5)
+        while_stopped = sock.recv(1 << 16) + sock.recv(1 << 16)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    assert while_stopped.count(b"data: ") > 1, "nothing came while the HTTP process was stopped"
+    sock.settimeout(60)
+    time.sleep(2)  # the client reads nothing: the worker's writes fill the socket
+    events = read_stream(sock, data + while_stopped)
+    sock.close()
+    texts = [event["choices"][0]["text"] for event in events if event["choices"]]
+    assert "".join(texts) == whole.choices[0].text
+    assert events[-1]["usage"]["completion_tokens"] == whole.usage.completion_tokens == 8000
 
 
 def test_metrics_and_admin_say_it_is_simulated(server, client):
