@@ -15,11 +15,14 @@ import socket
 
 import orjson
 
+from orchestrator.ipc.messages import PLAIN_ROW_LEN, ROW_FINISH, ROW_NUM_TOKENS, ROW_TEXT, TextDelta
+
 _FLAGS = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL  # the socket's blocking mode is the server's; never wait
+HOLD_ROWS = 8  # rows of an offered stream held back while the server writes those on their way (Attach)
 
 
 class DirectStream:
-    __slots__ = ("_prefix", "_sock", "_suffix", "attached", "held", "holds", "unreported")
+    __slots__ = ("_prefix", "_sock", "_suffix", "attached", "ended", "held", "holds", "unreported")
 
     def __init__(self, fd: int, prefix: str, suffix: str):
         self._sock = socket.socket(fileno=fd)
@@ -27,6 +30,34 @@ class DirectStream:
         self.unreported = 0  # tokens written here that no row sent to the server has counted yet
         self.attached = False  # offered until the server has written every row sent (Attach.seen)
         self.held, self.holds = "", 0  # text held back while offered, and for how many rows
+        self.ended = False  # handed back to the server (the socket let go)
+
+    def pass_on(self, request_id: str, row: list) -> list | None:
+        """What to send the server (a row, TextDelta.to_wire) for request `request_id`'s `row`, if anything.
+        Attached: plain text is written to the client (None: nothing to send). Offered: plain text is held back for up
+        to HOLD_ROWS rows, while the server writes the rows on their way and offers again (then the held text is
+        written with the next); past that it is sent. Anything else, or a chunk the socket did not take whole, goes
+        back to the server with the text held and the tokens written or held since the last row it got, and the
+        stream ends here (`ended`: the socket is let go)."""
+        if len(row) == PLAIN_ROW_LEN and row[ROW_FINISH] is None:
+            text, self.held = self.held + row[ROW_TEXT], ""
+            self.unreported += row[ROW_NUM_TOKENS]
+            if not self.attached:
+                self.holds += 1
+                if self.holds <= HOLD_ROWS:
+                    self.held = text
+                    return None
+                row = [request_id, text, self.unreported, None, None]
+                self.unreported = 0
+                return row
+            tail = self.write(text) if text else b""
+            if not tail:
+                return None
+            row = TextDelta(request_id, "", self.unreported, tail=tail.decode("latin-1")).to_wire()
+        else:
+            row[ROW_TEXT], row[ROW_NUM_TOKENS] = self.held + row[ROW_TEXT], row[ROW_NUM_TOKENS] + self.unreported
+        self.close()
+        return row
 
     def write(self, text: str) -> bytes:
         """Write `text` as one chunk; the bytes the socket did not take (b"" when all went)."""
@@ -41,3 +72,4 @@ class DirectStream:
 
     def close(self) -> None:
         self._sock.close()
+        self.ended = True

@@ -37,10 +37,7 @@ from orchestrator.errors import EngineDead, EngineError, InfernoError, OutOfMemo
 from orchestrator.ipc.channel import Channel, ChannelClosed
 from orchestrator.ipc.handoff import Handoff
 from orchestrator.ipc.messages import (
-    PLAIN_ROW_LEN,
     ROW_FINISH,
-    ROW_NUM_TOKENS,
-    ROW_TEXT,
     Attach,
     Cancel,
     Idle,
@@ -66,7 +63,6 @@ from orchestrator.worker.outputs import SequenceOutput, TokenTexts
 log = logging.getLogger("inferno.worker")
 EXIT_ENGINE_DEAD = 3  # the engine stopped for good; the server loads the model afresh
 RELEASED = -1  # serving ended by a release: the worker may load another model
-HOLD_ROWS = 8  # rows of an offered stream held back while the server writes those on their way (Attach)
 RELEASE_SLACK_BYTES = 256 * 2**20  # resident memory a released worker may keep above its first "idle"
 
 
@@ -201,7 +197,9 @@ class Worker:
                 if row is None:
                     continue
                 if output.direct is not None:
-                    row = self._written(output, row)
+                    row = output.direct.pass_on(output.request_id, row)
+                    if output.direct.ended:
+                        output.direct = None
                     if row is None:
                         continue
                 output.sent += 1
@@ -212,35 +210,6 @@ class Worker:
                         self._backend.cancel(delta.request_id)
             if rows:
                 self._send(rows)
-
-    @staticmethod
-    def _written(output: SequenceOutput, row: list) -> list | None:
-        """An offered or attached stream's row. Attached: plain text is written to the client (None: nothing to
-        send). Offered: plain text is held back for up to HOLD_ROWS rows, while the server writes the rows on their
-        way and offers again (then the held text is written with the next); past that it is sent. Anything else, or
-        a chunk the socket did not take whole, goes back to the server with the text held and the tokens written or
-        held since the last row it got, and the attachment ends."""
-        direct = output.direct
-        if len(row) == PLAIN_ROW_LEN and row[ROW_FINISH] is None:
-            text, direct.held = direct.held + row[ROW_TEXT], ""
-            direct.unreported += row[ROW_NUM_TOKENS]
-            if not direct.attached:
-                direct.holds += 1
-                if direct.holds <= HOLD_ROWS:
-                    direct.held = text
-                    return None
-                row = [output.request_id, text, direct.unreported, None, None]
-                direct.unreported = 0
-                return row
-            tail = direct.write(text) if text else b""
-            if not tail:
-                return None
-            row = TextDelta(output.request_id, "", direct.unreported, tail=tail.decode("latin-1")).to_wire()
-        else:
-            row[ROW_TEXT], row[ROW_NUM_TOKENS] = direct.held + row[ROW_TEXT], row[ROW_NUM_TOKENS] + direct.unreported
-        direct.close()
-        output.direct = None
-        return row
 
     def dead(self, reason: str) -> None:
         log.error("the engine stopped: %s; exiting so the model is loaded afresh", reason)

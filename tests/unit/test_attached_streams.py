@@ -12,7 +12,8 @@ from tokenizers import Tokenizer
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.ipc.handoff import Handoff
 from orchestrator.ipc.messages import Attach, TextDelta, decode_from_worker
-from orchestrator.worker.main import HOLD_ROWS, Worker
+from orchestrator.worker.direct import HOLD_ROWS
+from orchestrator.worker.main import Worker
 
 PREFIX, SUFFIX = 'data: {"text":', "}\n\n"
 
