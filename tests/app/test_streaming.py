@@ -184,8 +184,9 @@ def test_a_stream_its_worker_writes_and_hands_back_mid_chunk_reaches_the_client_
             worker.attach = attach
             worker.emit(request.id, "Hello", tokens=1)
             response = await responding
-            while not offers:
-                await asyncio.sleep(0.01)
+            async with asyncio.timeout(10):  # the offer follows the first row's write
+                while not offers:
+                    await asyncio.sleep(0.01)
             request_id, fd, prefix, suffix, seen = offers[0]
             assert (request_id, seen) == (request.id, 1) and fd is not None
 

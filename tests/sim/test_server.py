@@ -66,6 +66,11 @@ def test_streaming_with_usage(client):
     assert whole.choices[0].message.content == text
 
 
+def engine_running(server) -> float:
+    """Requests in the sim engine's batch (`inferno_engine_requests_running`)."""
+    return scrape(server.base_url)[("inferno_engine_requests_running", (("model", "sim-fast"),))]
+
+
 def read_stream(sock: socket.socket, data: bytes = b"") -> list[dict]:
     """The rest of a chunked event stream (after `data`): its JSON events, once the last chunk has come."""
     while not data.endswith(b"\r\n0\r\n\r\n"):
@@ -82,15 +87,15 @@ def read_stream(sock: socket.socket, data: bytes = b"") -> list[dict]:
 def test_a_plain_stream_is_written_by_its_worker_and_comes_whole_to_a_client_that_pauses(server, client):
     """Once its headers are out, a one-choice stream of plain text is attached to its worker, which writes the text
     to the connection itself: chunks keep coming while the HTTP process is stopped. A client that then stops reading
-    fills the socket: the worker hands the stream back mid-chunk, the server writes the rest, and the client gets
-    every chunk whole, in order, with its usage."""
+    fills the socket (the worker hands the stream back mid-chunk where the socket's buffers cannot hold the rest) and
+    reads on only once the engine has made the whole answer: the client gets every chunk whole, in order, with its
+    usage."""
     body = {"model": "sim-fast", "prompt": "Once", "max_tokens": 8000, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     whole = client.completions.create(model="sim-fast", prompt="Once", max_tokens=8000, temperature=0,
                                       extra_body={"ignore_eos": True})
     address = urlparse(server.base_url)
     sock = socket.create_connection((address.hostname, address.port), timeout=60)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the pause fills the socket soon
     payload = json.dumps({**body, "ignore_eos": True}).encode()
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n%b" % (len(payload), payload))
@@ -105,7 +110,10 @@ def test_a_plain_stream_is_written_by_its_worker_and_comes_whole_to_a_client_tha
         os.kill(server.pid, signal.SIGCONT)
     assert while_stopped.count(b"data: ") > 1, "nothing came while the HTTP process was stopped"
     sock.settimeout(60)
-    time.sleep(2)  # the client reads nothing: the worker's writes fill the socket
+    deadline = time.monotonic() + 60
+    while engine_running(server):  # the client reads nothing until the engine has made the whole answer
+        assert time.monotonic() < deadline, "the engine did not finish while the client read nothing"
+        time.sleep(0.05)
     events = read_stream(sock, data + while_stopped)
     sock.close()
     texts = [event["choices"][0]["text"] for event in events if event["choices"]]
