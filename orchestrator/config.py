@@ -122,7 +122,7 @@ class HttpConfig(_Section):
 
     max_body_bytes: int = Field(4 * 2**20, ge=1024, description="largest request body accepted (413 beyond it)")
     inline_body_bytes: int = Field(
-        4096, ge=0, description="bodies up to this size are parsed and tokenised on the event loop, larger ones "
+        512, ge=0, description="bodies up to this size are parsed and tokenised on the event loop, larger ones "
         "on a thread, so that one big prompt never holds up other requests",
     )
     body_timeout_s: float = Field(60.0, gt=0, description="the whole request body must arrive within this (408)")
