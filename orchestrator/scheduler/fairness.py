@@ -55,11 +55,11 @@ class KeyShares:
         self._presence_s = presence_s
         self._settled: dict[str, float] = {}
         self._weights: dict[str, float] = {}
-        self._serving: dict[str, list[Metered]] = {}
+        self._serving: dict[str, dict[int, Metered]] = {}  # by id(): a finish is found at once among hundreds
         self._seen: dict[str, float] = {}  # when each key was last active here (the scheduler's clock)
 
     def counter(self, key: str) -> float:
-        live = sum(cost(request) for request in self._serving.get(key, ()))
+        live = sum(cost(request) for request in self._serving.get(key, {}).values())
         return self._settled.get(key, 0.0) + live / self._weights.get(key, 1.0)
 
     def running(self, key: str) -> int:
@@ -79,15 +79,13 @@ class KeyShares:
     def start(self, tenant: Tenant, request: Metered) -> None:
         """The request took a permit: it is charged from now on."""
         self._weights[tenant.key] = tenant.weight
-        self._serving.setdefault(tenant.key, []).append(request)
+        self._serving.setdefault(tenant.key, {})[id(request)] = request
 
     def finish(self, tenant: Tenant, request: Metered, now: float) -> None:
         """The request gave its permit back: what it was served is settled into its key's counter."""
         self._seen[tenant.key] = now
-        serving = self._serving.get(tenant.key, [])
-        index = next((i for i, running in enumerate(serving) if running is request), None)
-        if index is not None:
-            del serving[index]
+        serving = self._serving.get(tenant.key, {})
+        if serving.pop(id(request), None) is not None:
             self._settled[tenant.key] = self._settled.get(tenant.key, 0.0) + cost(request) / tenant.weight
         if not serving:
             self._serving.pop(tenant.key, None)

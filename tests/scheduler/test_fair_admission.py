@@ -62,7 +62,7 @@ def test_the_next_free_permit_goes_to_the_key_that_waits_behind_a_flood(tmp_path
         b_request = inference_request("alpha")
         b = asyncio.create_task(admission.acquire(entry, NOW, B, b_request))
         await until(lambda: entry.queued == 4)
-        first = entry.shares._serving["a"][0]
+        first = next(iter(entry.shares._serving["a"].values()))  # the first of a's requests served
         admission.release(entry, A, first)  # one of a's permits frees: b's waiter arrived last, and goes first
         await b
         return entry.shares.running("b"), entry.shares.running("a"), entry.queued, len(a)
