@@ -169,10 +169,10 @@ def check_request(request: EngineRequest, vocab_size: int) -> None:
     for name, value, ok in checks:
         if not ok:
             raise InvalidRequest(f"{name} is out of range (got {value!r:.80})", param=name)
-    tokens = [("prompt", t) for t in request.prompt_ids] + [("stop_token_ids", t) for t in request.stop_token_ids]
-    tokens += [("logit_bias", t) for t, _ in s.logit_bias]
-    for name, token in tokens:
-        if not 0 <= token < vocab_size:
+    for name, ids in (("prompt", request.prompt_ids), ("stop_token_ids", request.stop_token_ids),
+                      ("logit_bias", [t for t, _ in s.logit_bias])):
+        if ids and (min(ids) < 0 or max(ids) >= vocab_size):  # in C: no Python step per prompt token
+            token = next(t for t in ids if not 0 <= t < vocab_size)
             raise InvalidRequest(f"{name}: token id {token} is not in this model's vocabulary [0, {vocab_size})", param=name)
     for _, bias in s.logit_bias:
         if not -limits.logit_bias <= bias <= limits.logit_bias:
