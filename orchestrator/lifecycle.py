@@ -108,12 +108,7 @@ class InferenceRequest:
         if fast is not None and len(row) == PLAIN_ROW_LEN and row[ROW_FINISH] is None and self.events.empty():
             choice = self._by_engine_id[row[ROW_REQUEST_ID]]
             if fast(choice, row[ROW_TEXT]):
-                count = row[ROW_NUM_TOKENS]
-                if count:  # _count_tokens, inline: this runs once per token of every stream
-                    self.last_token = now = time.monotonic()
-                    if self.first_token is None:
-                        self.first_token = now
-                    choice.completion_tokens += count
+                self._count_tokens(choice, row[ROW_NUM_TOKENS])
                 return
         self.events.put_nowait(TextDelta.from_wire(row))
 

@@ -197,15 +197,13 @@ def _take_text(choice: Choice, text: str) -> bool:
     return True
 
 
-ATTACH_TRIES = 64  # offers to a stream's worker (the socket goes with the first); a row after one says it waits
-
-
 class _EventStream:
     """One response's event stream: OpenAI's chunks, in order, over an SseWriter. Plain text rows are written by
     `fast_text` straight from the worker reader's dispatch; everything else passes through `handle`. Once open, a
-    one-choice stream of plain text is offered to its worker (`SseWriter.fd`, `WorkerHandle.attach`), which then
+    one-choice stream of plain text is offered to its worker once (`SseWriter.fd`, `WorkerHandle.attach`), which then
     writes the text chunks to the client itself and sends only the rest: the finish, or a tail it could not write
-    (then this stream writes everything again)."""
+    (then this stream writes everything again). Where the worker holds the text back (TextDelta.held), this stream
+    answers once it has written that row."""
 
     def __init__(self, http: web.Request, request: InferenceRequest, fmt: Format, include_usage: bool,
                  continuous_usage: bool):
@@ -220,7 +218,8 @@ class _EventStream:
         engine = request.choices[0].engine_request
         plain = len(request.choices) == 1 and not (continuous_usage or engine.logprobs or engine.tool_calls
                                                    or engine.reasoning)
-        self.attach_tries = ATTACH_TRIES if plain and request.worker is not None else 0
+        self.offering = plain and request.worker is not None  # the socket is yet to be offered
+        self.answering = False  # the worker holds the text back until this stream has written what came before
 
     async def open(self) -> None:
         first = b"".join(
@@ -237,21 +236,20 @@ class _EventStream:
             return True
         prefix, suffix = self.templates.parts(choice.index)
         written = self.writer.write_parts(prefix, orjson.dumps(text), suffix)
-        if self.attach_tries:  # a row came after the last offer: it was declined
+        if self.offering:  # the last try found bytes waiting in the transport
             self.attach()
         return written
 
     def attach(self) -> None:
-        """Offer the worker this stream's socket, where every row it delivered is written (none waits in `events`,
-        no byte in the transport): the worker writes only rows it sends after those."""
-        fd = self.writer.fd() if self.attach_tries and self.request.events.empty() else None
-        if fd is not None:
-            prefix, suffix = self.templates.parts(0)
-            handed = fd if self.attach_tries == ATTACH_TRIES else None
-            self.attach_tries -= 1
-            if not self.request.worker.attach(self.request.choices[0].engine_request.id, handed, prefix, suffix,
-                                              self.request.rows):
-                self.attach_tries = 0
+        """Offer the worker this stream's socket, or answer its held row, where every row it delivered is written
+        (none waits in `events`, no byte in the transport): the worker writes only rows it sends after those."""
+        if not (self.offering or self.answering) or not self.request.events.empty():
+            return
+        fd = self.writer.fd()
+        if fd is not None or self.answering:  # the offer, with the socket; or the answer (seen -1: a refusal)
+            handed, self.offering, self.answering = self.offering, False, False
+            self.request.worker.attach(self.request.choices[0].engine_request.id, fd if handed else None,
+                                       *self.templates.parts(0), self.request.rows if fd is not None else -1)
 
     def chunk(self, choice: Choice, delta: TextDelta) -> bytes:
         chunk = self.fmt.chunk(
@@ -267,8 +265,8 @@ class _EventStream:
         request, out = self.request, bytearray()
         for delta in deltas:
             choice = request.record(delta)
+            self.answering = self.answering or bool(delta.held)
             if delta.tail is not None:  # the worker handed the stream back mid-chunk: that chunk's rest first
-                self.attach_tries = 0
                 await self.writer.send(bytes(out))
                 await self.writer.send_framed(delta.tail.encode("latin-1"))
                 out.clear()

@@ -64,9 +64,7 @@ class FrameKind(StrEnum):
 def _is(value: object, expected: tuple[type, ...]) -> bool:
     if isinstance(value, bool):  # JSON's true is not a number
         return bool in expected
-    if isinstance(value, int) and float in expected:
-        return True
-    return isinstance(value, expected)
+    return isinstance(value, expected) or (isinstance(value, int) and float in expected)
 
 
 def _checked(data: object, kind: str, expected: dict[str, tuple[type, ...]], where: str = "frame") -> dict:
@@ -231,10 +229,13 @@ class Cancel:
 class Attach:
     """Write this request's plain text chunks to its client yourself, from the socket handed over for it
     (ipc/handoff.py; `handed`: with this frame, else with an earlier one), where `prefix` + the text as JSON +
-    `suffix` is a chunk's event. Taken only once the worker has sent exactly `seen` rows for it (the server has
-    written them all; none is on its way): the server offers again as it writes later rows. Once taken, rows of plain
-    text are written, not sent: the next row sent counts their tokens, and one whose chunk could not be written whole
-    (a full or closed socket) carries the rest as its `tail`; the server writes every row from then on."""
+    `suffix` is a chunk's event. Taken at once where the worker has sent exactly `seen` rows for it (the server has
+    written them all). Else rows were on their way: the worker holds the text back and sends a row that says so
+    (TextDelta.held), and the server, once it has written that row, answers with a second Attach (not `handed`)
+    that has seen every row, or with `seen` -1, a refusal (bytes wait in its socket buffer): the held text comes
+    back as a row and the server writes the rest. Once taken, rows of plain text are written, not sent: the next
+    row sent counts their tokens, and one whose chunk could not be written whole (a full or closed socket) carries
+    the rest as its `tail`; the server writes every row from then on."""
 
     KIND: ClassVar[FrameKind] = FrameKind.ATTACH
     request_id: str
@@ -344,6 +345,7 @@ class TextDelta:
     reasoning: str | None = None  # new thinking text (reasoning models), apart from the answer's text
     tool_calls: list | None = None  # OpenAI's delta.tool_calls entries: id, type and name once, then arguments
     tail: str | None = None  # an attached stream's bytes the worker could not write (as latin-1), to write first
+    held: bool | None = None  # the worker holds an offered stream's text back until the server answers (Attach)
 
     @classmethod
     def failure(cls, request_id: str, error: InfernoError) -> TextDelta:
@@ -374,7 +376,7 @@ class TextDelta:
         return delta
 
 
-_EXTRAS = ("logprobs", "cached_tokens", "reasoning", "tool_calls", "tail")
+_EXTRAS = ("logprobs", "cached_tokens", "reasoning", "tool_calls", "tail", "held")
 _EXTRA_TYPES = {name: types for name, types in _field_types(TextDelta).items() if name in _EXTRAS}
 
 

@@ -189,9 +189,7 @@ class Scheduler:
     def _kept(self, model: str) -> KeptSnapshot | None:
         """The model's kept weights: the bytes the ledger counts, and whether the keeper has them pinned."""
         nbytes, files = self._ledger.kept_bytes(model), self._keeper.kept(model)
-        if not nbytes or files is None:
-            return None
-        return KeptSnapshot(nbytes, files.pinned, files.since)
+        return KeptSnapshot(nbytes, files.pinned, files.since) if nbytes and files is not None else None
 
     def device_memory(self) -> list[DeviceMemory]:
         reading = self._ledger.probe.read()

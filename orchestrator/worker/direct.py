@@ -7,6 +7,10 @@ writing it. Anything but plain text (a finish, an error, extras) still goes to t
 writes it: the worker wrote everything before it, so order holds. A write the socket does not take whole (the
 client reads slowly, or has gone) ends the attachment: the rest of the chunk goes to the server as the row's tail,
 and the server's own backpressure and stall watch take over.
+
+An offer is taken in one round trip, however far the server lags: where rows were still on their way when it
+offered, the worker holds the stream's text back and says so in a row (TextDelta.held); the server, once it has
+written that row (and so every row before it), answers with an Attach that has seen them all, or refuses.
 """
 
 from __future__ import annotations
@@ -18,44 +22,48 @@ import orjson
 from orchestrator.ipc.messages import PLAIN_ROW_LEN, ROW_FINISH, ROW_NUM_TOKENS, ROW_TEXT, TextDelta
 
 _FLAGS = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL  # the socket's blocking mode is the server's; never wait
-HOLD_ROWS = 8  # rows of an offered stream held back while the server writes those on their way (Attach)
 
 
 class DirectStream:
-    __slots__ = ("_prefix", "_sock", "_suffix", "attached", "ended", "held", "holds", "unreported")
+    __slots__ = ("_prefix", "_sock", "_suffix", "attached", "ended", "held", "unreported")
 
     def __init__(self, fd: int, prefix: str, suffix: str):
         self._sock = socket.socket(fileno=fd)
         self._prefix, self._suffix = prefix.encode(), suffix.encode()
-        self.unreported = 0  # tokens written here that no row sent to the server has counted yet
-        self.attached = False  # offered until the server has written every row sent (Attach.seen)
-        self.held, self.holds = "", 0  # text held back while offered, and for how many rows
+        self.unreported = 0  # tokens written or held here that no row sent to the server has counted yet
+        self.attached = False  # the server has written every row sent (Attach.seen): text is written here
+        self.held = ""  # text held back while offered, until the server answers (Attach)
         self.ended = False  # handed back to the server (the socket let go)
 
     def pass_on(self, request_id: str, row: list) -> list | None:
         """What to send the server (a row, TextDelta.to_wire) for request `request_id`'s `row`, if anything.
-        Attached: plain text is written to the client (None: nothing to send). Offered: plain text is held back for up
-        to HOLD_ROWS rows, while the server writes the rows on their way and offers again (then the held text is
-        written with the next); past that it is sent. Anything else, or a chunk the socket did not take whole, goes
-        back to the server with the text held and the tokens written or held since the last row it got, and the
-        stream ends here (`ended`: the socket is let go)."""
+        Attached: plain text is written to the client (None: nothing to send). Offered: plain text is held back
+        until the server answers (`answer`). Anything else, or a chunk the socket did not take whole, goes back to
+        the server with the text held and the tokens written or held since the last row it got, and the stream
+        ends here (`ended`: the socket is let go)."""
         if len(row) == PLAIN_ROW_LEN and row[ROW_FINISH] is None:
             text, self.held = self.held + row[ROW_TEXT], ""
             self.unreported += row[ROW_NUM_TOKENS]
             if not self.attached:
-                self.holds += 1
-                if self.holds <= HOLD_ROWS:
-                    self.held = text
-                    return None
-                row = [request_id, text, self.unreported, None, None]
-                self.unreported = 0
-                return row
+                self.held = text
+                return None
             tail = self.write(text) if text else b""
             if not tail:
                 return None
             row = TextDelta(request_id, "", self.unreported, tail=tail.decode("latin-1")).to_wire()
         else:
             row[ROW_TEXT], row[ROW_NUM_TOKENS] = self.held + row[ROW_TEXT], row[ROW_NUM_TOKENS] + self.unreported
+        self.close()
+        return row
+
+    def answer(self, request_id: str, attach: bool) -> list | None:
+        """The server's answer to the row that said the text is held (TextDelta.held): `attach` (it has written
+        every row) and the held text goes out with the next, or a refusal (bytes wait in its socket buffer) and the
+        held text goes back to it as a row (returned), the stream ending here."""
+        if attach:
+            self.attached = True
+            return None
+        row, self.held, self.unreported = [request_id, self.held, self.unreported, None, None], "", 0
         self.close()
         return row
 

@@ -169,14 +169,23 @@ class Worker:
         return OutputChannels(request, fmt, self._chat_format.reasoning_format)
 
     def _attach(self, message: Attach) -> None:
-        """Write the request's plain text to the socket handed over for it, once no row of it is on its way."""
+        """Write the request's plain text to the socket handed over for it: at once where no row of it is on its
+        way, else once the server has written the row that says its text is held (see Attach)."""
         fd = self._handoff.take(message.request_id) if message.handed and self._handoff is not None else None
         with self._stepping:
-            output = self._live.get(message.request_id)
-            if output is not None and fd is not None and output.direct is None:
+            output, row = self._live.get(message.request_id), None
+            if output is not None and fd is not None and output.direct is None:  # the offer
                 output.direct, fd = DirectStream(fd, message.prefix, message.suffix), None
-            if output is not None and output.direct is not None and output.sent == message.seen:
-                output.direct.attached = True
+                output.direct.attached = output.sent == message.seen
+                if not output.direct.attached:
+                    row = TextDelta(output.request_id, "", 0, held=True).to_wire()
+            elif output is not None and output.direct is not None and not message.handed:  # the answer
+                row = output.direct.answer(output.request_id, output.sent == message.seen)
+                if output.direct.ended:
+                    output.direct = None
+            if row is not None:
+                output.sent += 1
+                self._send([row])
         if fd is not None:
             os.close(fd)
 

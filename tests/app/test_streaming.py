@@ -208,3 +208,36 @@ def test_a_stream_its_worker_writes_and_hands_back_mid_chunk_reaches_the_client_
     assert [c["choices"][0]["delta"].get("content") for c in chunks[1:-1]] == [
         "Hello", ", wor", "ld", "!", None]
     assert chunks[-1]["usage"]["completion_tokens"] == 4 and offered == 1
+
+
+def test_a_stream_whose_worker_holds_its_text_back_is_answered_once_every_row_before_is_written(catalogue):
+    """A row was on its way when the app offered the socket: the worker holds the text back and says so in a row
+    (TextDelta.held). The app writes what came before it and answers once, having seen every row, the held one
+    too; it offers nothing else."""
+    async def go():
+        async with running_app(catalogue) as app:
+            offers = []
+
+            def attach(request_id, fd, prefix, suffix, seen):
+                offers.append((fd is not None, seen))
+                return True
+
+            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
+            worker, request = await app.workers.next_submit()
+            worker.attach = attach
+            worker.emit(request.id, "Hello", tokens=1)
+            response = await responding
+            async with asyncio.timeout(10):
+                while not offers:
+                    await asyncio.sleep(0.01)
+            worker.emit(request.id, " there", tokens=1)  # on its way when the offer came
+            worker.sinks[request.id](TextDelta(request.id, "", 0, held=True).to_wire())
+            async with asyncio.timeout(10):
+                while len(offers) < 2:
+                    await asyncio.sleep(0.01)
+            worker.emit(request.id, "!", tokens=1, finish=FinishReason.STOP)
+            return await response.read(), offers
+
+    raw, offers = asyncio.run(go())
+    assert [c["choices"][0]["delta"].get("content") for c in sse_events(raw)[1:-1]] == ["Hello", " there", "!"]
+    assert offers == [(True, 1), (False, 3)]

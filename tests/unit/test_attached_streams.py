@@ -12,7 +12,6 @@ from tokenizers import Tokenizer
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.ipc.handoff import Handoff
 from orchestrator.ipc.messages import Attach, TextDelta, decode_from_worker
-from orchestrator.worker.direct import HOLD_ROWS
 from orchestrator.worker.main import Worker
 
 PREFIX, SUFFIX = 'data: {"text":', "}\n\n"
@@ -110,39 +109,47 @@ def test_an_attached_stream_writes_its_text_and_sends_only_the_finish_with_every
     assert open_fds() == held  # the worker let its copy of the socket go with the finish
 
 
-def test_an_offer_made_while_a_row_was_on_its_way_holds_the_text_back_until_the_server_offers_again(
+def test_an_offer_made_while_a_row_was_on_its_way_holds_the_text_back_until_the_server_answers(
         tokenizer, worker, handoff, client):
-    """The server had written one row when it offered; the second was on its way. The worker keeps the socket and
-    holds the next text back; once the server has written the second row and offers again, the held text goes out
-    with the next, as one chunk."""
+    """The server had written one row when it offered; the second was on its way. The worker keeps the socket, says
+    in a row that it holds the text back, and holds it however many steps pass; once the server has written that
+    row and answers, the held text goes out with the next, as one chunk."""
     ours, theirs = client
     held = open_fds()
     worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
     worker.step([TokenDelta("r", tokens(tokenizer, " two"))])
     attach(worker, handoff[0], theirs, seen=1)
     assert not worker._live["r"].direct.attached and open_fds() == held + 1
-    worker.step([TokenDelta("r", tokens(tokenizer, " three"))])
-    attach(worker, handoff[0], None, seen=2)  # the server has written " two"
-    worker.step([TokenDelta("r", tokens(tokenizer, " four"))])
-    worker.step([TokenDelta("r", [], FinishReason.STOP)])
-    assert [(row.text, row.num_tokens) for row in worker._channel.rows()] == [(" one", 1), (" two", 1), ("", 2)]
-    assert chunks(ours.recv(65536)) == [f'{PREFIX}" three four"{SUFFIX}'.encode()] and open_fds() == held
-
-
-def test_text_held_back_too_long_is_sent_and_a_later_offer_can_still_attach(tokenizer, worker, handoff, client):
-    ours, theirs = client
-    worker.step([TokenDelta("r", tokens(tokenizer, " zero"))])
-    worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
-    attach(worker, handoff[0], theirs, seen=1)  # no offer follows: the server's socket buffer was not empty
-    words = [f" w{i}" for i in range(HOLD_ROWS + 1)]
+    words = [f" w{i}" for i in range(40)]
     for word in words:
         worker.step([TokenDelta("r", tokens(tokenizer, word))])
-    rows = worker._channel.rows()
-    assert [(row.text, row.num_tokens) for row in rows[2:]] == [("".join(words), sum(
-        len(tokens(tokenizer, word)) for word in words))]
-    attach(worker, handoff[0], None, seen=3)
+    assert [(row.text, row.num_tokens, row.held) for row in worker._channel.rows()] == [
+        (" one", 1, None), (" two", 1, None), ("", 0, True)]
+    attach(worker, handoff[0], None, seen=3)  # the server has written " two" and the held row: its answer
+    worker.step([TokenDelta("r", tokens(tokenizer, " four"))])
+    worker.step([TokenDelta("r", [], FinishReason.STOP)])
+    counted = sum(len(tokens(tokenizer, word)) for word in [*words, " four"])
+    assert [(row.text, row.num_tokens) for row in worker._channel.rows()[3:]] == [("", counted)]
+    assert chunks(ours.recv(65536)) == [f'{PREFIX}"{"".join(words)} four"{SUFFIX}'.encode()] and open_fds() == held
+
+
+def test_a_refused_answer_sends_the_held_text_back_and_the_server_writes_the_rest(tokenizer, worker, handoff, client):
+    """Bytes waited in the server's socket buffer when the held row came: it refuses (seen -1), the held text and
+    its tokens come back in one row, the socket is let go, and every later row goes to the server."""
+    ours, theirs = client
+    held = open_fds()
+    worker.step([TokenDelta("r", tokens(tokenizer, " zero"))])
+    worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
+    attach(worker, handoff[0], theirs, seen=1)
+    worker.step([TokenDelta("r", tokens(tokenizer, " two"))])
+    worker.step([TokenDelta("r", tokens(tokenizer, " three"))])
+    attach(worker, handoff[0], None, seen=-1)
     worker.step([TokenDelta("r", tokens(tokenizer, " last"))])
-    assert len(worker._channel.rows()) == 3 and chunks(ours.recv(65536)) == [f'{PREFIX}" last"{SUFFIX}'.encode()]
+    assert [(row.text, row.num_tokens) for row in worker._channel.rows()[3:]] == [(" two three", 2), (" last", 1)]
+    assert worker._live["r"].direct is None and open_fds() == held
+    ours.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        ours.recv(1)
 
 
 def test_a_request_that_ends_while_offered_lets_the_socket_go(tokenizer, worker, handoff, client):
@@ -152,7 +159,9 @@ def test_a_request_that_ends_while_offered_lets_the_socket_go(tokenizer, worker,
     worker.step([TokenDelta("r", tokens(tokenizer, " two"))])
     attach(worker, handoff[0], theirs, seen=1)
     worker.step([TokenDelta("r", tokens(tokenizer, " three"), FinishReason.LENGTH)])
-    assert [row.text for row in worker._channel.rows()] == [" one", " two", " three"] and open_fds() == held
+    rows = worker._channel.rows()
+    assert [(row.text, row.held) for row in rows] == [(" one", None), (" two", None), ("", True), (" three", None)]
+    assert open_fds() == held
 
 
 def test_a_socket_handed_over_for_an_attach_that_never_came_is_closed_by_the_next(tokenizer, worker, handoff, client):

@@ -245,9 +245,7 @@ class LlamaCppBackend:
             self._engine.cancel(request_id)
 
     def stats(self) -> BackendStats:
-        if self._engine is None:
-            return BackendStats(0, 0, 0, 0, 0, 1, 0)
-        return self._engine.snapshot
+        return BackendStats(0, 0, 0, 0, 0, 1, 0) if self._engine is None else self._engine.snapshot
 
     async def close(self) -> None:
         if self._engine is not None:
