@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 from tokenizers import Tokenizer
 
-from orchestrator.bench.floor import _connect, drain
+from orchestrator.bench.floor import LoopbackReader
 from orchestrator.engine.request import EngineRequest, SamplingParams, TokenDelta
 from orchestrator.text.byte_level import ByteLevelPieces
 from orchestrator.worker.direct import DirectStream
@@ -50,20 +50,9 @@ def measure(tokenizer: Tokenizer, streams: int, steps: int, tick_s: float, vocab
     ids = list(range(min(vocab, tokenizer.get_vocab_size())))
     if pieces is not None:
         pieces.join(ids, True)  # warm, as a serving worker's is
-    clients, servers = _connect(streams)
-    read_end, write_end = os.pipe()
-    reader = os.fork()
-    if reader == 0:
-        os.close(read_end)
-        for server in servers:
-            server.close()
-        os.write(write_end, str(drain(clients)).encode())
-        os._exit(0)
-    os.close(write_end)
-    for client in clients:
-        client.close()
+    reader = LoopbackReader(streams)
     live, texts = {}, TokenTexts(tokenizer)
-    for index, server in enumerate(servers):
+    for index, server in enumerate(reader.servers):
         request = EngineRequest(id=f"cmpl-{index:032x}.0", prompt_ids=(1,), max_new_tokens=steps + 1,
                                 sampling=SamplingParams(temperature=1.0, top_p=1.0, top_k=0, seed=index))
         output = live[request.id] = SequenceOutput(request, tokenizer, texts, None, pieces)
@@ -83,11 +72,7 @@ def measure(tokenizer: Tokenizer, streams: int, steps: int, tick_s: float, vocab
     for output in live.values():
         if output.direct is not None:
             output.direct.close()
-    for server in servers:
-        server.close()
-    with os.fdopen(read_end, "rb") as pipe:
-        bytes_read = int(pipe.read() or b"0")  # what the reader got, once every connection has closed
-    os.waitpid(reader, 0)
+    bytes_read = reader.close()
     tokens = streams * steps
     user, system = (after.user - before.user) / tokens * 1e6, (after.system - before.system) / tokens * 1e6
     return {"streams": streams, "steps": steps, "tokens": tokens, "send": send, "rows_sent_to_server": len(sent),

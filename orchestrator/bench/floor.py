@@ -45,43 +45,49 @@ def drain(clients: list[socket.socket]) -> int:
     return total
 
 
-def _connect(sockets: int) -> tuple[list[socket.socket], list[socket.socket]]:
-    listener = socket.create_server(("127.0.0.1", 0), backlog=sockets)
-    port = listener.getsockname()[1]
-    clients, servers = [], []
-    for _ in range(sockets):
-        clients.append(socket.create_connection(("127.0.0.1", port)))
-        server, _ = listener.accept()
-        server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        servers.append(server)
-    listener.close()
-    return clients, servers
+class LoopbackReader:
+    """`sockets` loopback TCP connections (TCP_NODELAY, as aiohttp sets) whose far ends a forked child reads
+    (`drain`): `servers` are the ends to write to, and `close` closes them and returns the bytes the child read."""
+
+    def __init__(self, sockets: int):
+        listener = socket.create_server(("127.0.0.1", 0), backlog=sockets)
+        clients, self.servers = [], []
+        for _ in range(sockets):
+            clients.append(socket.create_connection(listener.getsockname()))
+            server, _ = listener.accept()
+            server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.servers.append(server)
+        listener.close()
+        self._pipe, write_end = os.pipe()
+        self._child = os.fork()
+        if self._child == 0:
+            os.close(self._pipe)
+            for server in self.servers:
+                server.close()
+            os.write(write_end, str(drain(clients)).encode())
+            os._exit(0)
+        os.close(write_end)
+        for client in clients:
+            client.close()
+
+    def close(self) -> int:
+        for server in self.servers:
+            server.close()
+        with os.fdopen(self._pipe, "rb") as pipe:
+            bytes_read = int(pipe.read() or b"0")  # what the child got, once every connection has closed
+        os.waitpid(self._child, 0)
+        return bytes_read
 
 
 def measure(sockets: int, rounds: int, tick_s: float) -> dict:
-    clients, servers = _connect(sockets)
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:
-        os.close(read_end)
-        for server in servers:
-            server.close()
-        os.write(write_end, str(drain(clients)).encode())
-        os._exit(0)
-    os.close(write_end)
-    for client in clients:
-        client.close()
+    reader = LoopbackReader(sockets)
     before, started = os.times(), time.perf_counter()
     for _ in range(rounds):
-        for server in servers:
+        for server in reader.servers:
             server.send(CHUNK)
         time.sleep(tick_s)
     after, wall = os.times(), time.perf_counter() - started
-    for server in servers:
-        server.close()
-    with os.fdopen(read_end, "rb") as reader:
-        bytes_read = int(reader.read() or b"0")  # what the reader got, once every connection has closed
-    os.waitpid(child, 0)
+    bytes_read = reader.close()
     writes = sockets * rounds
     user_us = (after.user - before.user) * 1e6 / writes
     system_us = (after.system - before.system) * 1e6 / writes
