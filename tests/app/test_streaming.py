@@ -241,3 +241,38 @@ def test_a_stream_whose_worker_holds_its_text_back_is_answered_once_every_row_be
     raw, offers = asyncio.run(go())
     assert [c["choices"][0]["delta"].get("content") for c in sse_events(raw)[1:-1]] == ["Hello", " there", "!"]
     assert offers == [(True, 1), (False, 3)]
+
+
+def test_a_held_stream_is_refused_while_bytes_wait_for_a_slow_client_and_the_app_writes_the_rest(catalogue):
+    """The held row comes while the client reads nothing and a large chunk still waits in the app's transport: the
+    app refuses (seen -1) instead of letting the worker write past those bytes, and writes everything itself."""
+    big = "x" * (16 << 20)  # more than the kernel's socket buffers on both ends hold
+
+    async def go():
+        async with running_app(catalogue) as app:
+            offers = []
+
+            def attach(request_id, fd, prefix, suffix, seen):
+                offers.append((fd is not None, seen))
+                return True
+
+            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
+            worker, request = await app.workers.next_submit()
+            worker.attach = attach
+            worker.emit(request.id, "Hello", tokens=1)
+            response = await responding
+            async with asyncio.timeout(10):
+                while not offers:
+                    await asyncio.sleep(0.01)
+            worker.emit(request.id, big, tokens=1)  # on its way when the offer came; the client is not reading
+            worker.sinks[request.id](TextDelta(request.id, "", 0, held=True).to_wire())
+            async with asyncio.timeout(10):
+                while len(offers) < 2:
+                    await asyncio.sleep(0.01)
+            worker.emit(request.id, " and the held text", tokens=2)  # the refused hold, sent back as a row
+            worker.emit(request.id, "!", tokens=1, finish=FinishReason.STOP)
+            return await response.read(), offers
+
+    raw, offers = asyncio.run(go())
+    texts = [c["choices"][0]["delta"].get("content") for c in sse_events(raw)[1:-1]]
+    assert texts == ["Hello", big, " and the held text", "!"] and offers == [(True, 1), (False, -1)]
