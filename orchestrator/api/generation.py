@@ -229,7 +229,7 @@ class _EventStream:
         )
         self.writer = await _open_event_stream(self.http, first)
         if not self.continuous_usage:  # usage on every chunk is rendered in full each time
-            self.request.fast_path = self.fast_text
+            self.request.fast_path, self.request.on_held = self.fast_text, self.answer
 
     def fast_text(self, choice: Choice, text: str) -> bool:
         if not text:
@@ -239,6 +239,10 @@ class _EventStream:
         if self.offering:  # the last try found bytes waiting in the transport
             self.attach()
         return written
+
+    def answer(self) -> None:
+        self.answering = True
+        self.attach()
 
     def attach(self) -> None:
         """Offer the worker this stream's socket, or answer its held row, where every row it delivered is written

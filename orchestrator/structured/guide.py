@@ -52,9 +52,7 @@ class Guide:
 
     def compiled_form(self) -> tuple[str, str]:
         """(kind, text) as compiled: json_object is the JSON schema of any object, everywhere."""
-        if self.kind == "json_object":
-            return "json_schema", ANY_OBJECT_SCHEMA
-        return self.kind, self.text
+        return ("json_schema", ANY_OBJECT_SCHEMA) if self.kind == "json_object" else (self.kind, self.text)
 
     def trtllm_guide(self) -> tuple[str, str]:
         """(GuidedDecodingParams.GuideType member name, guide string) for TensorRT-LLM 1.2's Executor."""

@@ -276,3 +276,43 @@ def test_a_held_stream_is_refused_while_bytes_wait_for_a_slow_client_and_the_app
     raw, offers = asyncio.run(go())
     texts = [c["choices"][0]["delta"].get("content") for c in sse_events(raw)[1:-1]]
     assert texts == ["Hello", big, " and the held text", "!"] and offers == [(True, 1), (False, -1)]
+
+
+def test_a_held_row_queued_behind_rows_for_a_slow_client_is_answered_once_they_are_written(catalogue):
+    """The client reads nothing until the held row has come: a second large chunk waits for room, the held row
+    behind it. The app answers only once both are written, exactly once (having seen every row, or refusing while
+    bytes still wait), and the client gets every chunk in order."""
+    big = "y" * (16 << 20)
+
+    async def go():
+        async with running_app(catalogue) as app:
+            offers = []
+
+            def attach(request_id, fd, prefix, suffix, seen):
+                offers.append((fd is not None, seen))
+                return True
+
+            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
+            worker, request = await app.workers.next_submit()
+            worker.attach = attach
+            worker.emit(request.id, "Hello", tokens=1)
+            response = await responding
+            async with asyncio.timeout(10):
+                while not offers:
+                    await asyncio.sleep(0.01)
+            worker.emit(request.id, big, tokens=1)
+            worker.emit(request.id, big, tokens=1)  # no room: it waits, and the held row behind it
+            worker.sinks[request.id](TextDelta(request.id, "", 0, held=True).to_wire())
+            await asyncio.sleep(0.2)
+            answered_early = len(offers) > 1
+            reading = asyncio.create_task(response.read())
+            async with asyncio.timeout(30):
+                while len(offers) < 2:
+                    await asyncio.sleep(0.01)
+            worker.emit(request.id, "!", tokens=1, finish=FinishReason.STOP)
+            return await reading, offers, answered_early
+
+    raw, offers, answered_early = asyncio.run(go())
+    texts = [c["choices"][0]["delta"].get("content") for c in sse_events(raw)[1:-1]]
+    assert texts == ["Hello", big, big, "!"] and not answered_early
+    assert offers[0] == (True, 1) and offers[1] in ((False, 4), (False, -1)) and len(offers) == 2

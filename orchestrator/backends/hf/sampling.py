@@ -125,9 +125,7 @@ class LogitAdjustments(_PerRequestRows):
         banned = kwargs.get("end_tokens", ()) if len(state.generated_tokens) < kwargs.get("min_tokens", 0) else ()
         row = (kwargs.get("logit_bias", ()), kwargs.get("repetition_penalty", 1.0), kwargs.get("presence_penalty", 0.0),
                kwargs.get("frequency_penalty", 0.0), banned)
-        if row == ((), 1.0, 0.0, 0.0, ()):
-            return None
-        return row, state
+        return None if row == ((), 1.0, 0.0, 0.0, ()) else (row, state)
 
     def __call__(self, scores: torch.Tensor, tensor_arg: torch.Tensor) -> torch.Tensor:
         if not any(row is not None for row in self.rows):
@@ -316,9 +314,7 @@ class LogprobRecords:
             records.append((logprob, alternatives))
 
     def take(self, request_id: str, count: int) -> list[tuple[float, list]]:
-        records = self._by_request.get(request_id)
-        if records is None:
-            return []
+        records = self._by_request.get(request_id) or ()
         return [records.popleft() for _ in range(min(count, len(records)))]
 
     def close(self, request_id: str) -> None:

@@ -148,9 +148,7 @@ def _last_logprobs(log_probs, count: int) -> list[float] | None:
     if log_probs is None or not log_probs:
         return None
     values = list(log_probs[0])
-    if len(values) < count:
-        return None
-    return values[len(values) - count :] if count else []
+    return None if len(values) < count else values[len(values) - count :] if count else []
 
 
 class ResponsePump:
