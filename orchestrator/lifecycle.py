@@ -89,7 +89,7 @@ class InferenceRequest:
     events: asyncio.Queue = field(default_factory=asyncio.Queue)  # what its handler must see, in order
     # Takes a plain text row (choice, text) without waking the handler; returns False to send it to `events`.
     fast_path: Callable[[Choice, str], bool] | None = None
-    on_held: Callable[[], None] | None = None  # answers the worker's held row (TextDelta.held) where nothing waits
+    on_held: Callable[[], None] | None = None  # takes the worker's held row (TextDelta.held) without queueing it
     keeps_output: bool = False  # collect each choice's output on it (a whole response; an agent API's stream)
     rows: int = 0  # rows delivered so far (an attach says how many it has seen)
     worker: WorkerHandle | None = None  # the worker running it, once leased
@@ -112,7 +112,7 @@ class InferenceRequest:
                 self._count_tokens(choice, row[ROW_NUM_TOKENS])
                 return
         delta = TextDelta.from_wire(row)
-        if delta.held and self.on_held is not None and self.events.empty():
+        if delta.held and self.on_held is not None:
             return self.on_held()  # no text, no tokens: nothing to record
         self.events.put_nowait(delta)
 

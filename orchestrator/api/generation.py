@@ -202,8 +202,8 @@ class _EventStream:
     `fast_text` straight from the worker reader's dispatch; everything else passes through `handle`. Once open, a
     one-choice stream of plain text is offered to its worker once (`SseWriter.fd`, `WorkerHandle.attach`), which then
     writes the text chunks to the client itself and sends only the rest: the finish, or a tail it could not write
-    (then this stream writes everything again). Where the worker holds the text back (TextDelta.held), this stream
-    answers once it has written that row."""
+    (then this stream writes everything again). Where the worker holds the text back (TextDelta.held, `answer`),
+    this stream answers as soon as every row before that one is written: at once, or after the rows that wait."""
 
     def __init__(self, http: web.Request, request: InferenceRequest, fmt: Format, include_usage: bool,
                  continuous_usage: bool):
@@ -241,6 +241,7 @@ class _EventStream:
         return written
 
     def answer(self) -> None:
+        """The worker's held row came: answer now, or, where rows wait in `events`, once `_stream` has written them."""
         self.answering = True
         self.attach()
 
@@ -269,7 +270,6 @@ class _EventStream:
         request, out = self.request, bytearray()
         for delta in deltas:
             choice = request.record(delta)
-            self.answering = self.answering or bool(delta.held)
             if delta.tail is not None:  # the worker handed the stream back mid-chunk: that chunk's rest first
                 await self.writer.send(bytes(out))
                 await self.writer.send_framed(delta.tail.encode("latin-1"))
