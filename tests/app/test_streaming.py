@@ -210,6 +210,24 @@ def test_a_stream_its_worker_writes_and_hands_back_mid_chunk_reaches_the_client_
     assert chunks[-1]["usage"]["completion_tokens"] == 4 and offered == 1
 
 
+async def until(condition, timeout_s: float = 10) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def offered_stream(app, offers: list):
+    """A stream whose worker records each offer and answer as (socket handed, seen) in `offers`, once its first
+    row ("Hello") is written and the socket offered: (worker, engine request, response)."""
+    responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
+    worker, request = await app.workers.next_submit()
+    worker.attach = lambda request_id, fd, prefix, suffix, seen: offers.append((fd is not None, seen)) or True
+    worker.emit(request.id, "Hello", tokens=1)
+    response = await responding
+    await until(lambda: offers)
+    return worker, request, response
+
+
 def test_a_stream_whose_worker_holds_its_text_back_is_answered_once_every_row_before_is_written(catalogue):
     """A row was on its way when the app offered the socket: the worker holds the text back and says so in a row
     (TextDelta.held). The app writes what came before it and answers once, having seen every row, the held one
@@ -217,24 +235,10 @@ def test_a_stream_whose_worker_holds_its_text_back_is_answered_once_every_row_be
     async def go():
         async with running_app(catalogue) as app:
             offers = []
-
-            def attach(request_id, fd, prefix, suffix, seen):
-                offers.append((fd is not None, seen))
-                return True
-
-            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
-            worker, request = await app.workers.next_submit()
-            worker.attach = attach
-            worker.emit(request.id, "Hello", tokens=1)
-            response = await responding
-            async with asyncio.timeout(10):
-                while not offers:
-                    await asyncio.sleep(0.01)
+            worker, request, response = await offered_stream(app, offers)
             worker.emit(request.id, " there", tokens=1)  # on its way when the offer came
             worker.sinks[request.id](TextDelta(request.id, "", 0, held=True).to_wire())
-            async with asyncio.timeout(10):
-                while len(offers) < 2:
-                    await asyncio.sleep(0.01)
+            await until(lambda: len(offers) > 1)
             worker.emit(request.id, "!", tokens=1, finish=FinishReason.STOP)
             return await response.read(), offers
 
@@ -251,24 +255,10 @@ def test_a_held_stream_is_refused_while_bytes_wait_for_a_slow_client_and_the_app
     async def go():
         async with running_app(catalogue) as app:
             offers = []
-
-            def attach(request_id, fd, prefix, suffix, seen):
-                offers.append((fd is not None, seen))
-                return True
-
-            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
-            worker, request = await app.workers.next_submit()
-            worker.attach = attach
-            worker.emit(request.id, "Hello", tokens=1)
-            response = await responding
-            async with asyncio.timeout(10):
-                while not offers:
-                    await asyncio.sleep(0.01)
+            worker, request, response = await offered_stream(app, offers)
             worker.emit(request.id, big, tokens=1)  # on its way when the offer came; the client is not reading
             worker.sinks[request.id](TextDelta(request.id, "", 0, held=True).to_wire())
-            async with asyncio.timeout(10):
-                while len(offers) < 2:
-                    await asyncio.sleep(0.01)
+            await until(lambda: len(offers) > 1)
             worker.emit(request.id, " and the held text", tokens=2)  # the refused hold, sent back as a row
             worker.emit(request.id, "!", tokens=1, finish=FinishReason.STOP)
             return await response.read(), offers
@@ -279,40 +269,25 @@ def test_a_held_stream_is_refused_while_bytes_wait_for_a_slow_client_and_the_app
 
 
 def test_a_held_row_queued_behind_rows_for_a_slow_client_is_answered_once_they_are_written(catalogue):
-    """The client reads nothing until the held row has come: a second large chunk waits for room, the held row
-    behind it. The app answers only once both are written, exactly once (having seen every row, or refusing while
-    bytes still wait), and the client gets every chunk in order."""
+    """The client reads nothing until the held row has come: a second large chunk waits for room in `events`. The
+    held row does not answer past it; the app answers only once it is written, exactly once (having seen every row,
+    or refusing while bytes still wait), and the client gets every chunk in order."""
     big = "y" * (16 << 20)
 
     async def go():
         async with running_app(catalogue) as app:
             offers = []
-
-            def attach(request_id, fd, prefix, suffix, seen):
-                offers.append((fd is not None, seen))
-                return True
-
-            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
-            worker, request = await app.workers.next_submit()
-            worker.attach = attach
-            worker.emit(request.id, "Hello", tokens=1)
-            response = await responding
-            async with asyncio.timeout(10):
-                while not offers:
-                    await asyncio.sleep(0.01)
+            worker, request, response = await offered_stream(app, offers)
             worker.emit(request.id, big, tokens=1)
-            worker.emit(request.id, big, tokens=1)  # no room: it waits, and the held row behind it
+            worker.emit(request.id, big, tokens=1)  # no room: it waits, and the held row comes behind it
             worker.sinks[request.id](TextDelta(request.id, "", 0, held=True).to_wire())
-            await asyncio.sleep(0.2)
-            answered_early = len(offers) > 1
+            answered_past_it = len(offers) > 1  # the held row is taken at once, in the worker reader's dispatch
             reading = asyncio.create_task(response.read())
-            async with asyncio.timeout(30):
-                while len(offers) < 2:
-                    await asyncio.sleep(0.01)
+            await until(lambda: len(offers) > 1, timeout_s=30)
             worker.emit(request.id, "!", tokens=1, finish=FinishReason.STOP)
-            return await reading, offers, answered_early
+            return await reading, offers, answered_past_it
 
-    raw, offers, answered_early = asyncio.run(go())
+    raw, offers, answered_past_it = asyncio.run(go())
     texts = [c["choices"][0]["delta"].get("content") for c in sse_events(raw)[1:-1]]
-    assert texts == ["Hello", big, big, "!"] and not answered_early
+    assert texts == ["Hello", big, big, "!"] and not answered_past_it
     assert offers[0] == (True, 1) and offers[1] in ((False, 4), (False, -1)) and len(offers) == 2
