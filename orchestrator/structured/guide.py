@@ -24,13 +24,8 @@ GUIDE_KINDS: tuple[str, ...] = get_args(GuideKind)
 MAX_GUIDE_CHARS = 262_144  # a schema, regex or grammar longer than this is refused before compiling
 ANY_OBJECT_SCHEMA = '{"type":"object"}'  # what json_object compiles to, on every backend
 _SCHEMA_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-_TRTLLM_GUIDE_TYPE = {
-    "json_schema": "JSON_SCHEMA",
-    "json_object": "JSON_SCHEMA",
-    "regex": "REGEX",
-    "ebnf": "EBNF_GRAMMAR",
-    "structural_tag": "STRUCTURAL_TAG",
-}
+_TRTLLM_GUIDE_TYPE = {"json_schema": "JSON_SCHEMA", "json_object": "JSON_SCHEMA", "regex": "REGEX",
+                      "ebnf": "EBNF_GRAMMAR", "structural_tag": "STRUCTURAL_TAG"}
 
 
 @dataclass(frozen=True)
@@ -46,9 +41,8 @@ class Guide:
         if self.kind not in GUIDE_KINDS:
             raise ValueError(f"unknown guide kind {self.kind!r}; expected one of {', '.join(GUIDE_KINDS)}")
         if (self.kind == "json_object") != (self.text == ""):
-            raise ValueError(
-                f"a {self.kind} guide {'has no' if self.kind == 'json_object' else 'needs a'} text"
-            )
+            verb = "has no" if self.kind == "json_object" else "needs a"
+            raise ValueError(f"a {self.kind} guide {verb} text")
 
     def compiled_form(self) -> tuple[str, str]:
         """(kind, text) as compiled: json_object is the JSON schema of any object, everywhere."""
@@ -71,9 +65,8 @@ def single_guide(*guides: Guide | None) -> Guide | None:
     present = [g for g in guides if g is not None]
     if len(present) > 1:
         names = " and ".join(g.param or g.kind for g in present)
-        raise InvalidRequest(
-            f"a request can carry at most one output constraint; this one has {names}", param=present[1].param
-        )
+        raise InvalidRequest(f"a request can carry at most one output constraint; this one has {names}",
+                             param=present[1].param)
     return present[0] if present else None
 
 
@@ -83,16 +76,13 @@ def guide_from_response_format(value: Any) -> Guide | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise InvalidRequest(
-            f"response_format must be an object (got {_show(value)})", param="response_format"
-        )
+        raise InvalidRequest(f"response_format must be an object (got {_show(value)})",
+                             param="response_format")
     kind = value.get("type")
     allowed_keys = {"text": {"type"}, "json_object": {"type"}, "json_schema": {"type", "json_schema"}}
     if kind not in allowed_keys:
-        raise InvalidRequest(
-            f"response_format.type must be one of text, json_object, json_schema (got {_show(kind)})",
-            param="response_format.type",
-        )
+        raise InvalidRequest("response_format.type must be one of text, json_object, json_schema "
+                             f"(got {_show(kind)})", param="response_format.type")
     _refuse_unknown_keys(value, allowed_keys[kind], "response_format")
     if kind == "text":
         return None
@@ -104,25 +94,20 @@ def guide_from_response_format(value: Any) -> Guide | None:
 def _json_schema_wrapper(wrapper: Any) -> Guide:
     param = "response_format.json_schema"
     if not isinstance(wrapper, dict):
-        raise InvalidRequest(
-            f"{param} must be an object with name and schema (got {_show(wrapper)})", param=param
-        )
+        raise InvalidRequest(f"{param} must be an object with name and schema (got {_show(wrapper)})",
+                             param=param)
     _refuse_unknown_keys(wrapper, {"name", "schema", "strict", "description"}, param)
     name = wrapper.get("name")
     if not isinstance(name, str) or not _SCHEMA_NAME.match(name):
-        raise InvalidRequest(
-            f"{param}.name must be 1 to 64 letters, digits, '_' or '-' (got {_show(name)})",
-            param=f"{param}.name",
-        )
+        raise InvalidRequest(f"{param}.name must be 1 to 64 letters, digits, '_' or '-' (got {_show(name)})",
+                             param=f"{param}.name")
     strict = wrapper.get("strict")
     if strict is not None and not isinstance(strict, bool):
-        raise InvalidRequest(
-            f"{param}.strict must be a boolean (got {_show(strict)})", param=f"{param}.strict"
-        )
+        raise InvalidRequest(f"{param}.strict must be a boolean (got {_show(strict)})",
+                             param=f"{param}.strict")
     if "schema" not in wrapper:
-        raise InvalidRequest(
-            f"{param}.schema is required: the JSON Schema the output must follow", param=f"{param}.schema"
-        )
+        raise InvalidRequest(f"{param}.schema is required: the JSON Schema the output must follow",
+                             param=f"{param}.schema")
     return json_schema_guide(wrapper["schema"], param=f"{param}.schema")
 
 
@@ -142,14 +127,8 @@ def json_schema_guide(schema: Any, *, param: str) -> Guide:
 
 
 _STRUCTURED_OUTPUT_FIELDS = ("json", "regex", "choice", "grammar", "json_object")
-_UNSUPPORTED_STRUCTURED_OUTPUT_FIELDS = (
-    "structural_tag",
-    "disable_fallback",
-    "disable_any_whitespace",
-    "disable_additional_properties",
-    "whitespace_pattern",
-    "backend",
-)
+_UNSUPPORTED_STRUCTURED_OUTPUT_FIELDS = ("structural_tag", "disable_fallback", "disable_any_whitespace",
+                                         "disable_additional_properties", "whitespace_pattern", "backend")
 
 
 def guide_from_structured_outputs(value: Any) -> Guide | None:
@@ -166,10 +145,8 @@ def guide_from_structured_outputs(value: Any) -> Guide | None:
     _refuse_unknown_keys(value, set(_STRUCTURED_OUTPUT_FIELDS), param)
     given = [key for key in _STRUCTURED_OUTPUT_FIELDS if value.get(key) is not None]
     if len(given) != 1:
-        raise InvalidRequest(
-            f"{param} needs exactly one of {', '.join(_STRUCTURED_OUTPUT_FIELDS)} (got {len(given)}: {given})",
-            param=param,
-        )
+        raise InvalidRequest(f"{param} needs exactly one of {', '.join(_STRUCTURED_OUTPUT_FIELDS)} "
+                             f"(got {len(given)}: {given})", param=param)
     key = given[0]
     return _STRUCTURED_OUTPUT_CONVERTERS[key](value[key], f"{param}.{key}")
 
@@ -192,30 +169,19 @@ def _json_object_flag(value: Any, param: str) -> Guide:
 def choice_guide(choices: Any, param: str) -> Guide:
     """An EBNF grammar whose only sentences are the given strings."""
     if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
-        raise InvalidRequest(
-            f"{param} must be a non-empty list of strings (got {_show(choices)})", param=param
-        )
+        raise InvalidRequest(f"{param} must be a non-empty list of strings (got {_show(choices)})",
+                             param=param)
     alternatives = " | ".join(ebnf_literal(choice) for choice in dict.fromkeys(choices))
     return Guide("ebnf", _bounded(f"root ::= {alternatives}", param), param=param)
 
 
+_EBNF_ESCAPES = {chr(code): f"\\u{code:04x}" for code in (*range(0x20), 0x7F)}
+_EBNF_ESCAPES |= {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def ebnf_literal(text: str) -> str:
     """`text` as an xgrammar EBNF string literal (control characters as \\uXXXX, which its parser reads)."""
-    out = []
-    for char in text:
-        if char in '"\\':
-            out.append("\\" + char)
-        elif char == "\n":
-            out.append("\\n")
-        elif char == "\t":
-            out.append("\\t")
-        elif char == "\r":
-            out.append("\\r")
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(f"\\u{ord(char):04x}")
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
+    return '"' + "".join(_EBNF_ESCAPES.get(char, char) for char in text) + '"'
 
 
 _STRUCTURED_OUTPUT_CONVERTERS = {
@@ -229,19 +195,16 @@ _STRUCTURED_OUTPUT_CONVERTERS = {
 
 def _bounded(text: str, param: str) -> str:
     if len(text) > MAX_GUIDE_CHARS:
-        raise InvalidRequest(
-            f"{param} is {len(text)} characters long; the limit is {MAX_GUIDE_CHARS}", param=param
-        )
+        raise InvalidRequest(f"{param} is {len(text)} characters long; the limit is {MAX_GUIDE_CHARS}",
+                             param=param)
     return text
 
 
 def _refuse_unknown_keys(value: dict, allowed: set[str], param: str) -> None:
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise InvalidRequest(
-            f"{param} has unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}",
-            param=f"{param}.{unknown[0]}",
-        )
+        raise InvalidRequest(f"{param} has unknown field(s) {', '.join(unknown)}; "
+                             f"allowed: {', '.join(sorted(allowed))}", param=f"{param}.{unknown[0]}")
 
 
 def _show(value: Any) -> str:
