@@ -48,9 +48,8 @@ def template_supports_tools(template: str | None) -> bool:
     return template is not None and _READS_TOOLS.search(template) is not None
 
 
-def prompt_messages(
-    messages: list[dict[str, Any]], plan: ToolPlan | None, fmt: ToolFormat, *, template_reads_tools: bool
-) -> PromptMessages:
+def prompt_messages(messages: list[dict[str, Any]], plan: ToolPlan | None, fmt: ToolFormat, *,
+                    template_reads_tools: bool) -> PromptMessages:
     """The messages (and tools) for the template. With `tool_choice: none` the tools are not shown."""
     calls = _calls_by_id(messages)
     if template_reads_tools:
@@ -65,17 +64,9 @@ def prompt_messages(
 
 def tool_system_prompt(plan: ToolPlan, fmt: ToolFormat) -> str:
     """Instructions for a model whose template does not render tools: the tools, then the call format."""
-    listing = "\n".join(
-        json.dumps(
-            {
-                "name": tool.function.name,
-                "description": tool.function.description or "",
-                "parameters": tool.function.parameters_schema(),
-            },
-            ensure_ascii=False,
-        )
-        for tool in plan.tools
-    )
+    listing = "\n".join(json.dumps({"name": f.name, "description": f.description or "",
+                                    "parameters": f.parameters_schema()}, ensure_ascii=False)
+                        for f in (tool.function for tool in plan.tools))
     example = fmt.calls_text([("<function name>", "<arguments as a JSON object>")])
     rules = {
         "auto": "If a tool helps, answer with only the call(s); otherwise answer normally.",
@@ -91,11 +82,8 @@ def tool_system_prompt(plan: ToolPlan, fmt: ToolFormat) -> str:
 
 
 def _calls_by_id(messages: list[dict[str, Any]]) -> dict[str, str]:
-    return {
-        call.get("id"): call.get("function", {}).get("name")
-        for message in messages
-        for call in message.get("tool_calls") or ()
-    }
+    return {call.get("id"): call.get("function", {}).get("name")
+            for message in messages for call in message.get("tool_calls") or ()}
 
 
 def _arguments(call: dict[str, Any], where: str) -> dict[str, Any] | str:
@@ -113,41 +101,32 @@ def _arguments(call: dict[str, Any], where: str) -> dict[str, Any] | str:
     return value
 
 
+def _past_calls(message: dict[str, Any], index: int) -> list[tuple[str, dict[str, Any] | str]]:
+    """An assistant message's calls as (name, arguments)."""
+    return [(call["function"]["name"],
+             _arguments(call, f"messages[{index}].tool_calls[{j}].function.arguments"))
+            for j, call in enumerate(message["tool_calls"])]
+
+
 def _template_shape(message: dict[str, Any], index: int, calls: dict[str, str]) -> dict[str, Any]:
     shaped = {"role": message["role"], "content": _text(message.get("content"))}
     if message.get("tool_calls"):
-        shaped["tool_calls"] = [
-            {
-                "id": call.get("id"),
-                "type": "function",
-                "function": {
-                    "name": call["function"]["name"],
-                    "arguments": _arguments(call, f"messages[{index}].tool_calls[{j}].function.arguments"),
-                },
-            }
-            for j, call in enumerate(message["tool_calls"])
-        ]
+        made = zip(message["tool_calls"], _past_calls(message, index), strict=True)
+        shaped["tool_calls"] = [{"id": call.get("id"), "type": "function",
+                                 "function": {"name": name, "arguments": arguments}}
+                                for call, (name, arguments) in made]
     if message["role"] == "tool":
         shaped["tool_call_id"] = message.get("tool_call_id")
         shaped["name"] = _answered_call(message, index, calls)
     return shaped
 
 
-def _plain_shape(
-    message: dict[str, Any], index: int, calls: dict[str, str], fmt: ToolFormat
-) -> tuple[dict[str, Any], bool]:
+def _plain_shape(message: dict[str, Any], index: int, calls: dict[str, str],
+                 fmt: ToolFormat) -> tuple[dict[str, Any], bool]:
     """The message as plain text turns, and whether it is a tool result."""
     role, content = message["role"], _text(message.get("content"))
     if message.get("tool_calls"):
-        written = fmt.calls_text(
-            [
-                (
-                    call["function"]["name"],
-                    _arguments(call, f"messages[{index}].tool_calls[{j}].function.arguments"),
-                )
-                for j, call in enumerate(message["tool_calls"])
-            ]
-        )
+        written = fmt.calls_text(_past_calls(message, index))
         return {"role": role, "content": f"{content}\n{written}" if content else written}, False
     if role == "tool":
         name = _answered_call(message, index, calls)
@@ -181,11 +160,9 @@ def _merge_tool_results(shaped: list[tuple[dict[str, Any], bool]]) -> list[dict[
 
 def _with_system_text(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
     if messages and messages[0]["role"] == "system":
-        first = {
-            **messages[0],
-            "content": f"{messages[0]['content']}\n\n{text}" if messages[0]["content"] else text,
-        }
-        return [first, *messages[1:]]
+        first = messages[0]
+        content = f"{first['content']}\n\n{text}" if first["content"] else text
+        return [{**first, "content": content}, *messages[1:]]
     return [{"role": "system", "content": text}, *messages]
 
 
