@@ -75,17 +75,10 @@ _NAMED_EVENT = {**_EVENT, "required": ["event", "data"],
                 "properties": {**_EVENT["properties"], "event": {"type": "string", "minLength": 1}}}
 _STREAMS = {"/v1/chat/completions": _EVENT, "/v1/completions": _EVENT, "/v1/responses": _NAMED_EVENT,
             "/v1/messages": _NAMED_EVENT}
-_ERROR = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {"error": {"type": "object", "required": ["message", "type", "param", "code"]}},
-}
-
-_ANTHROPIC_ERROR = {
-    "type": "object",
-    "required": ["type", "error"],
-    "properties": {"type": {"const": "error"}, "error": {"type": "object", "required": ["type", "message"]}},
-}
+_ERROR = {"type": "object", "required": ["error"],
+          "properties": {"error": {"type": "object", "required": ["message", "type", "param", "code"]}}}
+_ANTHROPIC_ERROR = {"type": "object", "required": ["type", "error"], "properties": {
+    "type": {"const": "error"}, "error": {"type": "object", "required": ["type", "message"]}}}
 
 
 def _error(path: str) -> dict:
@@ -136,19 +129,12 @@ def document() -> dict:
         paths[path] = {"post": {
             "summary": summary,
             "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
-            "responses": {
-                "200": _answer(path),
-                "default": _error(path),
-            },
+            "responses": {"200": _answer(path), "default": _error(path)},
         }}
     components = {**schemas.get("$defs", {}), "Error": _ERROR, "AnthropicError": _ANTHROPIC_ERROR}
     components["ChatMessage"] = _by_role(components["ChatMessage"])
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "Inferno", "version": __version__},
-        "paths": paths,
-        "components": {"schemas": components},
-    }
+    return {"openapi": "3.1.0", "info": {"title": "Inferno", "version": __version__}, "paths": paths,
+            "components": {"schemas": components}}
 
 
 async def openapi(http: web.Request) -> web.Response:

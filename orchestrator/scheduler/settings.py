@@ -99,13 +99,9 @@ class SettingsError(Exception):
 
 def load_model_settings(config: ServerConfig, names: list[str]) -> dict[str, ModelSettings]:
     """Settings for every model: file entries over the file's [defaults] over the server config."""
-    base = {
-        "keep_alive_s": config.scheduling.keep_alive_s,
-        "max_queue": config.scheduling.max_queue,
-        "kv_cache_bytes": config.worker.kv_cache_bytes,
-        "prompt_cache_bytes": config.worker.prompt_cache_bytes,
-        "max_tokens": config.scheduling.max_tokens,
-    }
+    base = {"keep_alive_s": config.scheduling.keep_alive_s, "max_queue": config.scheduling.max_queue,
+            "max_tokens": config.scheduling.max_tokens, "kv_cache_bytes": config.worker.kv_cache_bytes,
+            "prompt_cache_bytes": config.worker.prompt_cache_bytes}
     models: dict = {}
     if config.model_settings is not None:
         try:
@@ -134,7 +130,6 @@ def request_priority(service_tier: str | None, default: Priority, key_class: Pri
     elif service_tier == "priority":
         asked = Priority.INTERACTIVE
     else:
-        raise InvalidRequest(
-            f"service_tier must be auto, default, flex or priority (got {service_tier!r})", param="service_tier"
-        )
+        raise InvalidRequest(f"service_tier must be auto, default, flex or priority (got {service_tier!r})",
+                             param="service_tier")
     return asked if key_class is None else min(asked, key_class)
