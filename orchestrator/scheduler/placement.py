@@ -42,16 +42,9 @@ def _retrieve(task: asyncio.Task) -> None:
 
 
 class ModelPlacement:
-    def __init__(
-        self,
-        entries: dict[str, ModelEntry],
-        config: ServerConfig,
-        ledger: MemoryLedger,
-        workers: WorkerSource,
-        events: SchedulerEvents,
-        clock: Callable[[], float],
-        keeper: WeightKeeper,
-    ):
+    def __init__(self, entries: dict[str, ModelEntry], config: ServerConfig, ledger: MemoryLedger,
+                 workers: WorkerSource, events: SchedulerEvents, clock: Callable[[], float],
+                 keeper: WeightKeeper):
         self._entries = entries
         self._keeper = keeper
         self._keeping = True  # False once the server stops: nothing more is kept

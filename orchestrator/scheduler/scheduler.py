@@ -94,16 +94,9 @@ class Scheduler:
     operations (load, unload, pin) and the server's lifecycle (start, drain, stop). The HTTP side imports
     nothing else of this package (`orchestrator/scheduler/__init__.py` is that list)."""
 
-    def __init__(
-        self,
-        config: ServerConfig,
-        catalogue: Catalogue,
-        workers: WorkerSource,
-        events: SchedulerEvents | None = None,
-        probe: DeviceProbe | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        keeper: WeightKeeper | None = None,
-    ):
+    def __init__(self, config: ServerConfig, catalogue: Catalogue, workers: WorkerSource,
+                 events: SchedulerEvents | None = None, probe: DeviceProbe | None = None,
+                 clock: Callable[[], float] = time.monotonic, keeper: WeightKeeper | None = None):
         """`clock`: monotonic seconds, for backoff, deadlines and idle times (tests give their event loop's
         virtual clock). `keeper` holds unloaded models' weights in host RAM (a WeightKeeper of its own by default)."""
         self._config = config
@@ -113,24 +106,16 @@ class Scheduler:
         memory = config.memory
         self._ledger = MemoryLedger(
             probe or simulated_device(catalogue.engines) or detect_probe(config.worker.device, memory.gpu_index),
-            memory.capacity_bytes,
-            memory.reserve_bytes,
-            memory.host_capacity_bytes,
-            memory.host_reserve_bytes,
-            memory.kept_weights_bytes,
+            memory.capacity_bytes, memory.reserve_bytes, memory.host_capacity_bytes,
+            memory.host_reserve_bytes, memory.kept_weights_bytes,
         )
         self._workers = workers
         self._keeper = keeper or WeightKeeper()
         self._placement = ModelPlacement(self._entries, config, self._ledger, workers, events or NoEvents(), clock,
                                          self._keeper)
         self._admission = AdmissionControl(
-            self._entries,
-            config.scheduling,
-            on_model_idle=self._placement.model_idle,
-            on_busy=workers.server_busy,
-            on_quiet=workers.server_quiet,
-            clock=clock,
-        )
+            self._entries, config.scheduling, on_model_idle=self._placement.model_idle,
+            on_busy=workers.server_busy, on_quiet=workers.server_quiet, clock=clock)
         self._admin = AdminOperations(self._entry_for, self._admission, self._placement, self._ledger, clock)
         self._started = False
         self._live: dict[str, tuple[InferenceRequest, WorkerHandle]] = {}  # holding a permit, for the drain

@@ -32,18 +32,9 @@ class StepResult:
 
 
 class SimEngine:
-    def __init__(
-        self,
-        coefficients: StepCoefficients,
-        limits: Limits,
-        tokens_per_block: int,
-        kv_blocks: int,
-        corpus: tuple[int, ...],
-        natural_length: int,
-        host_blocks: int = 0,
-        onboard_ms_per_block: float = 0.0,
-        retain_system_prompt: bool = False,
-    ):
+    def __init__(self, coefficients: StepCoefficients, limits: Limits, tokens_per_block: int, kv_blocks: int,
+                 corpus: tuple[int, ...], natural_length: int, host_blocks: int = 0,
+                 onboard_ms_per_block: float = 0.0, retain_system_prompt: bool = False):
         self.coefficients = coefficients
         self.limits = limits
         self.batch = BatchLimits(limits.max_batch_size, limits.max_num_tokens, tokens_per_block)
@@ -216,14 +207,7 @@ class SimEngine:
     # -- what it reports ---------------------------------------------------------------------------------
     def stats(self, step_latency_ms: float | None = None) -> BackendStats:
         pool = self.pool
-        return BackendStats(
-            running=self.running,
-            waiting=len(self.waiting),
-            kv_blocks_total=pool.total,
-            kv_blocks_free=pool.free,
-            kv_blocks_used=pool.used,
-            tokens_per_block=self.batch.tokens_per_block,
-            iterations=self.iterations,
-            kv_blocks_reused=pool.reused,
-            iteration_latency_ms=step_latency_ms,
-        )
+        return BackendStats(running=self.running, waiting=len(self.waiting), kv_blocks_total=pool.total,
+                            kv_blocks_free=pool.free, kv_blocks_used=pool.used,
+                            tokens_per_block=self.batch.tokens_per_block, iterations=self.iterations,
+                            kv_blocks_reused=pool.reused, iteration_latency_ms=step_latency_ms)
