@@ -10,7 +10,8 @@
    tokenizer) and `engine_requests.inference_request`, on a thread for a big body (body.py), which decides once
    how many tokens each choice may generate: what was asked (refused above the model's `max_tokens` ceiling
    from models.toml, or beyond the context), else the API's default or what the context leaves, capped by the
-   ceiling; and the salt of the prefix cache it may use (cache_salt.py: the caller's key, or its own salt);
+   ceiling; and the salt of the prefix cache it may use (cache_salt.py: the caller's key, or its own salt).
+   The tokenizer reuses pieces of prompts that the caller's key sent before (text/segments.py);
 5. the key's tokens per minute: the prompt's tokens and every choice's `max_tokens` are reserved (429 with
    Retry-After); what the request did not use is given back when it ends.
 
@@ -37,6 +38,7 @@ from orchestrator.errors import ContextLengthExceeded
 from orchestrator.ipc.messages import ROW_REQUEST_ID, ROW_TEXT
 from orchestrator.lifecycle import InferenceRequest
 from orchestrator.scheduler import ModelView, Priority, Tenant, request_priority
+from orchestrator.text import segments
 from orchestrator.text.prompt import PromptEncoder
 
 
@@ -107,7 +109,8 @@ def _checked_inference_request(wire: FrontDoorRequest, engine: Engine, body_byte
     """The prompt's length in characters checked, then tokenised into the inference request: one piece of work,
     so that a big body goes to a thread once."""
     _check_prompt_chars(wire, engine, body_bytes)
-    generation = wire.generation(engine)
+    with segments.scope(cache_salt(caller, None)):  # the key's own pieces of prompts (text/segments.py)
+        generation = wire.generation(engine)
     salt = cache_salt(caller, generation.cache_salt)
     return inference_request(engine, generation, id_prefix=id_prefix, priority=priority, ceiling=ceiling,
                              salt=salt)

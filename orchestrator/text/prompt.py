@@ -14,6 +14,7 @@ from tokenizers import Tokenizer
 from orchestrator.errors import InvalidRequest
 from orchestrator.text.chat_template import render_chat
 from orchestrator.text.literal_specials import LiteralSpecials
+from orchestrator.text.segments import SegmentCache
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
 # tokenizers' `encode` holds the GIL for all its Rust work, the batch calls release it: texts this long or
@@ -35,6 +36,7 @@ class PromptEncoder:
 
     def __init__(self, folder: Path):
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.segments = SegmentCache(self.tokenizer)
         config_path = folder / "tokenizer_config.json"
         config = json.loads(config_path.read_text()) if config_path.is_file() else {}
         self.special_tokens = {k: t for k in _SPECIAL_KEYS if (t := _token_text(config.get(k))) is not None}
@@ -90,7 +92,13 @@ class PromptEncoder:
         return self.encode_text(text, add_special_tokens)
 
     def encode_text(self, prompt: str, add_special_tokens: bool = True) -> list[int]:
-        """The token ids of `prompt`; long texts are encoded with the GIL released (see GIL_FREE_CHARS)."""
+        """The token ids of `prompt`; long texts are encoded with the GIL released (see GIL_FREE_CHARS), and
+        their segments found in the segment cache where it applies (segments.py)."""
+        if not add_special_tokens and (ids := self.segments.encode(prompt, self._encode_whole)) is not None:
+            return ids
+        return self._encode_whole(prompt, add_special_tokens)
+
+    def _encode_whole(self, prompt: str, add_special_tokens: bool = False) -> list[int]:
         if len(prompt) < GIL_FREE_CHARS:
             return self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens).ids
         return self.tokenizer.encode_batch_fast([prompt], add_special_tokens=add_special_tokens)[0].ids

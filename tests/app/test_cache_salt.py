@@ -74,3 +74,33 @@ def test_a_bad_cache_salt_is_refused_naming_the_field(catalogue, salt):
 
     status, body = asyncio.run(go())
     assert status == 400 and body["error"]["param"] == "cache_salt"
+
+
+def test_a_keys_long_prompt_pieces_are_tokenised_once_for_that_key_only(catalogue, keys_flags):
+    """The segment cache (text/segments.py) through the server: the second turn of a conversation finds the
+    first turn's long pieces for the same key, another key finds none, and every prompt has the ids the
+    tokenizer gives it whole."""
+    system = {"role": "system", "content": "You answer in one short sentence, plainly. " * 60}
+    turn_one = [system, {"role": "user", "content": "Tell me about the rain on a tin roof. " * 20}]
+    turn_two = [*turn_one, {"role": "assistant", "content": "It drums."}, {"role": "user", "content": "Why?"}]
+
+    async def prompt_of(app, messages, key):
+        asking = asyncio.create_task(app.client.post("/v1/chat/completions", headers=bearer(key), json={
+            "model": app.model, "messages": messages, "max_tokens": 4}))
+        worker, request = await app.workers.next_submit()
+        worker.emit(request.id, "Hello", tokens=1, finish=FinishReason.STOP)
+        assert (await asking).status == 200
+        return list(request.prompt_ids), catalogue.engines[app.model].prompts.segments.hit_tokens
+
+    async def go():
+        async with running_app(catalogue, *keys_flags) as app:
+            encoder = catalogue.engines[app.model].prompts
+            expected = [encoder.tokenizer.encode(encoder.render_chat(m), add_special_tokens=False).ids
+                        for m in (turn_one, turn_two)]
+            return expected, [await prompt_of(app, turn_one, "sk-alice"), await prompt_of(app, turn_two, "sk-alice"),
+                              await prompt_of(app, turn_two, "sk-bob")]
+
+    expected, ((alice_one, found_one), (alice_two, found_two), (bob_two, found_bob)) = asyncio.run(go())
+    assert alice_one == expected[0] and alice_two == bob_two == expected[1]
+    assert found_one == 0 and found_two > 400  # alice's second turn found her system prompt and first message
+    assert found_bob == found_two  # bob found nothing of alice's
