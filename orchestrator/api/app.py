@@ -141,7 +141,7 @@ def build_app(config: ServerConfig, catalogue: Catalogue, workers: WorkerSource 
     for engine in catalogue.engines.values():
         most_prompt_chars(engine)  # read each tokenizer's vocabulary now, not during the first request
     scheduler = Scheduler(config, catalogue, workers, events=SchedulerMetrics(registry, catalogue.engines))
-    engine_collector = EngineCollector(scheduler)
+    engine_collector = EngineCollector(scheduler, catalogue.engines)
     registry.register(engine_collector)
     registry.register(EventLoopCollector())
     register_simulation_info(registry, catalogue.engines)

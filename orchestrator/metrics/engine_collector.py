@@ -12,15 +12,18 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from orchestrator.backends.protocol import BackendStats
+from orchestrator.engine.catalogue import Engine
 from orchestrator.metrics.scheduler_gauges import counter, device_families, gauge, model_families
 from orchestrator.scheduler import Scheduler
+from orchestrator.text.segments import SegmentCache
 
 STATS_TIMEOUT_S = 0.5
 
 
 class EngineCollector(Collector):
-    def __init__(self, scheduler: Scheduler):
+    def __init__(self, scheduler: Scheduler, engines: dict[str, Engine] | None = None):
         self._scheduler = scheduler
+        self._engines = engines or {}
         self.snapshots: dict[str, BackendStats] = {}  # model -> the stats its worker last sent
 
     async def refresh(self) -> None:
@@ -30,6 +33,18 @@ class EngineCollector(Collector):
         yield from model_families(self._scheduler.snapshot())
         yield from device_families(self._scheduler.device_memory())
         yield from engine_families(self.snapshots)
+        yield segment_family({name: engine.prompts.segments for name, engine in self._engines.items()})
+
+
+def segment_family(caches: dict[str, SegmentCache]) -> Metric:
+    """The HTTP process's own count of prompt tokens in segments of long prompts (text/segments.py)."""
+    tokens = counter("inferno_prompt_segment_tokens", "model result",
+                     "Prompt tokens in segments of long prompts: found in the key's segment cache (hit), or "
+                     "tokenised and kept there (miss).")
+    for name, cache in caches.items():
+        tokens.add_metric([name, "hit"], cache.hit_tokens)
+        tokens.add_metric([name, "miss"], cache.miss_tokens)
+    return tokens
 
 
 def engine_families(snapshots: dict[str, BackendStats]) -> list[Metric]:

@@ -265,3 +265,16 @@ def test_http_durations_by_route_pattern_method_and_real_status():
     assert counts[(("method", "GET"), ("route", "unmatched"), ("status", "404"))] == 1
     assert counts[(("method", "other"), ("route", "unmatched"), ("status", "405"))] == 1
     assert counts[(("method", "GET"), ("route", "/slow"), ("status", "499"))] == 1
+
+
+def test_prompt_segment_tokens_found_and_kept_per_model(default_engine):
+    from tokenizers import Tokenizer
+
+    from orchestrator.metrics.engine_collector import segment_family
+    from orchestrator.text.segments import SegmentCache
+
+    cache = SegmentCache(Tokenizer.from_file(str(default_engine / "tokenizer.json")))
+    cache.hit_tokens, cache.miss_tokens = 120, 45
+    values = rendered([segment_family({"m": cache})])
+    assert values[("inferno_prompt_segment_tokens_total", (("model", "m"), ("result", "hit")))] == 120
+    assert values[("inferno_prompt_segment_tokens_total", (("model", "m"), ("result", "miss")))] == 45
