@@ -36,6 +36,8 @@ class PromptEncoder:
 
     def __init__(self, folder: Path):
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.no_truncation()  # a prompt too long is refused with a 400 (engine_requests.py), never cut
+        self.tokenizer.no_padding()
         self.segments = SegmentCache(self.tokenizer)
         config_path = folder / "tokenizer_config.json"
         config = json.loads(config_path.read_text()) if config_path.is_file() else {}
