@@ -109,9 +109,10 @@ def _checked_inference_request(wire: FrontDoorRequest, engine: Engine, body_byte
     """The prompt's length in characters checked, then tokenised into the inference request: one piece of work,
     so that a big body goes to a thread once."""
     _check_prompt_chars(wire, engine, body_bytes)
-    with segments.scope(cache_salt(caller, None)):  # the key's own pieces of prompts (text/segments.py)
+    key_salt = cache_salt(caller, None)
+    with segments.scope(key_salt):  # the key's own segments of prompts (text/segments.py)
         generation = wire.generation(engine)
-    salt = cache_salt(caller, generation.cache_salt)
+    salt = key_salt if generation.cache_salt is None else cache_salt(caller, generation.cache_salt)
     return inference_request(engine, generation, id_prefix=id_prefix, priority=priority, ceiling=ceiling,
                              salt=salt)
 
