@@ -50,8 +50,17 @@ fragment = st.one_of(
 )
 
 
+_SHAPED: dict[str, Tokenizer] = {}
+
+
 def shaped(embedded: Tokenizer, shape: str) -> Tokenizer:
-    """The embedded default's tokenizer, or one like it in the ways tokenizers differ."""
+    """The embedded default's tokenizer, or one like it in the ways tokenizers differ (made once per shape)."""
+    if shape not in _SHAPED:
+        _SHAPED[shape] = _make(embedded, shape)
+    return _SHAPED[shape]
+
+
+def _make(embedded: Tokenizer, shape: str) -> Tokenizer:
     return {
         "embedded": lambda: embedded,
         "llama3-split": lambda: reshaped(embedded, pre_tokenizers.Sequence([
