@@ -9,9 +9,9 @@ where it spells special tokens gives, part by part, the same ids as whole. A lon
 short ones), each looked up here, and only the new ones tokenised; where the cuts fall depends only on the text
 before them, so the next turn cuts its old part the same way. Cuts are made only where the tokenizer itself would
 split (its non-normalised added tokens, longest first, as it matches them) and only at special tokens that take
-no whitespace with them. A tokenizer whose pieces are not independent (a Metaspace pre-tokeniser marks only the
-text's start; an added token that must stand as a word looks at its neighbours) gets no cache: `problem` says
-why, and every prompt is tokenised whole.
+no whitespace with them. A tokenizer whose pieces are not independent (an added token that must stand as a word
+looks at its neighbours; a pre-tokeniser not known here) gets no cache: `problem` says why, and every prompt is
+tokenised whole.
 
 A segment tokenised for one key is reused only for that key, as the prefix cache is (api/cache_salt.py): how fast
 a prompt is tokenised must not tell one key what another sent. Preparation names the key's scope (`scope`); a
@@ -33,9 +33,10 @@ from tokenizers import Tokenizer
 MIN_PROMPT_CHARS = 2048  # a shorter prompt is tokenised whole (under ~1.5 ms): a lookup would not pay
 MIN_SEGMENT_CHARS = 512  # a segment holds the pieces up to the first cut after this many characters
 CAPACITY_TOKENS = 2_000_000  # ids kept, 4 bytes each beside their text; the least recently used go first
-# Pre-tokenisers that split each piece by its own content alone (Metaspace's "first" looks at the text's start).
+# Pre-tokenisers known to split each piece by its own content: Metaspace's "first" also looks at whether a piece
+# starts the text, which a segment's first piece does only in the first segment (every later one starts at a cut).
 INDEPENDENT = {"Sequence", "ByteLevel", "Split", "Digits", "Punctuation", "Whitespace", "WhitespaceSplit",
-               "BertPreTokenizer", "CharDelimiterSplit", "UnicodeScripts"}
+               "BertPreTokenizer", "CharDelimiterSplit", "UnicodeScripts", "Metaspace", "FixedLength"}
 _SCOPE: ContextVar[str | None] = ContextVar("segment_scope", default=None)
 
 

@@ -1,6 +1,6 @@
 """The segment cache (text/segments.py): a prompt tokenised piece by piece, its long pieces from the cache, has the
 ids the tokenizer gives it whole, for every text, cold or warm, and for tokenizers of other shapes; pieces are
-reused only within one scope (a key's); tokenizers whose pieces are not independent get no cache; the cache holds
+reused only within one scope (a key's); tokenizers whose pieces may not be independent get no cache; it holds
 no more than its capacity."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tokenizers import AddedToken, Regex, Tokenizer, normalizers, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from orchestrator.text import segments
 from orchestrator.text.segments import MIN_PROMPT_CHARS, MIN_SEGMENT_CHARS, SegmentCache
@@ -70,10 +70,20 @@ def _make(embedded: Tokenizer, shape: str) -> Tokenizer:
         # a special token that takes the whitespace before it, and an added token that begins with a special one
         "added": lambda: reshaped(embedded, added=[AddedToken("<tool>", lstrip=True, special=True, normalized=False),
                                                    AddedToken("<|im_start|>user", normalized=False)]),
+        "metaspace-first": metaspace_first,
     }[shape]()
 
 
-SHAPES = ["embedded", "llama3-split", "normalised", "added"]
+def metaspace_first() -> Tokenizer:
+    """A small BPE whose pre-tokenizer marks a word with ▁ and the text's first piece too (Llama 2's, Mistral's)."""
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    corpus = [LONG, "You answer in one short sentence, plainly. Hello world 123 é 👋 'tis system user", *SPECIALS]
+    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", *SPECIALS]))
+    return tokenizer
+
+
+SHAPES = ["embedded", "llama3-split", "normalised", "added", "metaspace-first"]
 LONG = "Rain on the tin roof, " * 100
 
 
@@ -129,13 +139,13 @@ def test_a_long_piece_is_tokenised_once_per_scope_and_only_in_one(embedded):
     assert encoded(cache, embedded, conversation("short")) is None  # a short prompt is tokenised whole
 
 
-def test_a_tokenizer_whose_pieces_are_not_independent_gets_no_cache(embedded):
-    metaspace = reshaped(embedded, pre_tokenizers.Metaspace(prepend_scheme="first"))
+def test_a_tokenizer_whose_pieces_are_not_independent_gets_no_cache(embedded, monkeypatch):
     word = reshaped(embedded, added=[AddedToken("<w>", single_word=True, normalized=False)])
-    for tokenizer, problem in ((metaspace, "Metaspace"), (word, "as a word")):
-        cache = SegmentCache(tokenizer)
-        assert problem in cache.problem
-        assert encoded(cache, tokenizer, conversation("x " * MIN_PROMPT_CHARS)) is None
+    cache = SegmentCache(word)
+    assert "as a word" in cache.problem
+    assert encoded(cache, word, conversation("x " * MIN_PROMPT_CHARS)) is None
+    monkeypatch.setattr(segments, "INDEPENDENT", segments.INDEPENDENT - {"ByteLevel"})  # a pre-tokenizer not known
+    assert "ByteLevel" in SegmentCache(embedded).problem
 
 
 def test_the_cache_keeps_no_more_tokens_than_its_capacity(embedded, monkeypatch):
