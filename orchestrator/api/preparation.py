@@ -11,7 +11,7 @@
    how many tokens each choice may generate: what was asked (refused above the model's `max_tokens` ceiling
    from models.toml, or beyond the context), else the API's default or what the context leaves, capped by the
    ceiling; and the salt of the prefix cache it may use (cache_salt.py: the caller's key, or its own salt).
-   The tokenizer reuses pieces of prompts that the caller's key sent before (text/segments.py);
+   The tokenizer reuses segments of prompts that the caller's key sent before (text/segments.py);
 5. the key's tokens per minute: the prompt's tokens and every choice's `max_tokens` are reserved (429 with
    Retry-After); what the request did not use is given back when it ends.
 

@@ -21,9 +21,9 @@ STATS_TIMEOUT_S = 0.5
 
 
 class EngineCollector(Collector):
-    def __init__(self, scheduler: Scheduler, engines: dict[str, Engine] | None = None):
+    def __init__(self, scheduler: Scheduler, engines: dict[str, Engine]):
         self._scheduler = scheduler
-        self._engines = engines or {}
+        self._engines = engines
         self.snapshots: dict[str, BackendStats] = {}  # model -> the stats its worker last sent
 
     async def refresh(self) -> None:

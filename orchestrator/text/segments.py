@@ -50,25 +50,24 @@ def scope(salt: str) -> Iterator[None]:
         _SCOPE.reset(token)
 
 
-def _problem(tokenizer: Tokenizer) -> str | None:
-    """Why this tokenizer's pieces may not be tokenised apart; None when they may."""
+def _problem(tokenizer: Tokenizer, added: list, cut: set[str]) -> str | None:
+    """Why this tokenizer's pieces may not be tokenised apart (`added`: its non-normalised added tokens, `cut`:
+    those cut at); None when they may."""
     state = tokenizer.pre_tokenizer.__getstate__().decode() if tokenizer.pre_tokenizer is not None else ""
     if others := set(re.findall(r'"type":"(\w+)"', state)) - INDEPENDENT:
         return f"its pre-tokenizer ({', '.join(sorted(others))}) looks beyond one piece"
-    added = tokenizer.get_added_tokens_decoder().values()
-    if any(t.single_word and not t.normalized for t in added):
+    if any(t.single_word for t in added):
         return "an added token must stand as a word, which looks at its neighbours"
-    return None if any(t.special and not (t.normalized or t.lstrip or t.rstrip) for t in added) else \
-        "it has no special token to cut at"
+    return None if cut else "it has no special token to cut at"
 
 
 class SegmentCache:
     """One tokenizer's segments of prompts, by scope and text; thread-safe (prompts are tokenised on threads too)."""
 
     def __init__(self, tokenizer: Tokenizer):
-        self.problem = _problem(tokenizer)
         added = [t for t in tokenizer.get_added_tokens_decoder().values() if not t.normalized]
         self._cut = {t.content for t in added if t.special and not (t.lstrip or t.rstrip)}
+        self.problem = _problem(tokenizer, added, self._cut)
         spellings = sorted({t.content for t in added}, key=len, reverse=True)  # longest first, as it matches
         self._pattern = re.compile("|".join(map(re.escape, spellings)) or "(?!)")  # (?!): no added tokens
         self._entries: OrderedDict[tuple[str, str], array] = OrderedDict()
@@ -86,7 +85,7 @@ class SegmentCache:
         ids: list[int] = []
         for start, end, kept in self._slices(text):
             part = text[start:end]
-            found = self._lookup((salt, part)) if kept else None
+            found = self._lookup((salt, part)) if kept else None  # an array: `ids +=` takes it as it is
             if found is None:
                 found = encode(part)
                 if kept:
@@ -105,12 +104,12 @@ class SegmentCache:
                 start = match.start()
         return [*slices, (start, len(text), False)] if start < len(text) else slices
 
-    def _lookup(self, key: tuple[str, str]) -> list[int] | None:
+    def _lookup(self, key: tuple[str, str]) -> array | None:
         with self._lock:
             if (ids := self._entries.get(key)) is not None:
                 self._entries.move_to_end(key)
                 self.hit_tokens += len(ids)
-        return None if ids is None else ids.tolist()
+        return ids
 
     def _keep(self, key: tuple[str, str], ids: list[int]) -> None:
         with self._lock:
