@@ -41,7 +41,7 @@ class _Unsent(DirectStream):
 
     __slots__ = ()
 
-    def write(self, text: str) -> bytes:
+    def write(self, body: bytes) -> bytes:
         return b""
 
 

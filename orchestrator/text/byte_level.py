@@ -9,6 +9,7 @@ through GPT-2's byte↔character table, or the token's own UTF-8 when one of its
 
 from __future__ import annotations
 
+import orjson
 from tokenizers import Tokenizer, decoders
 
 
@@ -36,6 +37,7 @@ class ByteLevelPieces:
         self._tokenizer = tokenizer
         self._special = frozenset(i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special)
         self._tables: dict[bool, dict[int, bytes]] = {True: {}, False: {}}
+        self.jsons: dict[int, bytes] = {}  # `json`'s answers so far
 
     @staticmethod
     def serves(tokenizer: Tokenizer) -> bool:
@@ -51,6 +53,15 @@ class ByteLevelPieces:
             return piece if piece is not None else self._fill(table, token_id, skip_special_tokens)
         return b"".join([piece if (piece := table.get(token_id)) is not None
                          else self._fill(table, token_id, skip_special_tokens) for token_id in token_ids])
+
+    def json(self, token_id: int) -> bytes:
+        """The token's text as a JSON string where its bytes are whole characters on their own (special tokens
+        skipped), so a stream with nothing held back can write it as it is; b"" where it is not."""
+        body = self.jsons.get(token_id)
+        if body is None:
+            text = self.join([token_id], True).decode("utf-8", "replace")
+            body = self.jsons[token_id] = orjson.dumps(text) if text and "\ufffd" not in text else b""
+        return body
 
     def _fill(self, table: dict[int, bytes], token_id: int, skip_special_tokens: bool) -> bytes:
         piece = table[token_id] = b"" if skip_special_tokens and token_id in self._special else self._piece(token_id)

@@ -24,7 +24,7 @@ class IncrementalDetokenizer:
         self._skip_special = skip_special_tokens
         self._pieces = pieces
         self._stream = DecodeStream(skip_special_tokens=skip_special_tokens) if pieces is None else None
-        self._held = b""
+        self.held = b""  # the bytes of a character not complete yet
 
     def push(self, token_ids: list[int]) -> str:
         if not token_ids:
@@ -32,13 +32,13 @@ class IncrementalDetokenizer:
         if self._pieces is None:
             return self._stream.step(self._tokenizer, token_ids) or ""
         data = self._pieces.join(token_ids, self._skip_special)
-        if self._held:
-            data = self._held + data
+        if self.held:
+            data = self.held + data
         text = data.decode("utf-8", "replace")
         if text[-1:] == "\ufffd":
-            self._held = data
+            self.held = data
             return ""
-        self._held = b""
+        self.held = b""
         return text
 
 

@@ -47,14 +47,18 @@ class DirectStream:
             if not self.attached:
                 self.held = text
                 return None
-            tail = self.write(text) if text else b""
-            if not tail:
-                return None
-            row = TextDelta(request_id, "", self.unreported, tail=tail.decode("latin-1")).to_wire()
-        else:
-            row[ROW_TEXT], row[ROW_NUM_TOKENS] = self.held + row[ROW_TEXT], row[ROW_NUM_TOKENS] + self.unreported
+            return self.rest(request_id, self.write(orjson.dumps(text)) if text else b"")
+        row[ROW_TEXT], row[ROW_NUM_TOKENS] = self.held + row[ROW_TEXT], row[ROW_NUM_TOKENS] + self.unreported
         self.close()
         return row
+
+    def rest(self, request_id: str, tail: bytes) -> list | None:
+        """After a write (`write`'s answer, `tail`): None where the chunk went whole; else the row that hands the
+        stream back to the server with the bytes left."""
+        if not tail:
+            return None
+        self.close()
+        return TextDelta(request_id, "", self.unreported, tail=tail.decode("latin-1")).to_wire()
 
     def answer(self, request_id: str, attach: bool) -> list | None:
         """The server's answer to the row that said the text is held (TextDelta.held): `attach` (it has written
@@ -67,9 +71,9 @@ class DirectStream:
         self.close()
         return row
 
-    def write(self, text: str) -> bytes:
-        """Write `text` as one chunk; the bytes the socket did not take (b"" when all went)."""
-        body = orjson.dumps(text)
+    def write(self, body: bytes) -> bytes:
+        """Write the chunk whose text is `body` (a JSON string); the bytes the socket did not take (b"" when all
+        went)."""
         framed = b"%x\r\n%b%b%b\r\n" % (len(self._prefix) + len(body) + len(self._suffix), self._prefix, body,
                                       self._suffix)
         try:

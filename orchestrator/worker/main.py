@@ -202,15 +202,20 @@ class Worker:
                 output = live.get(delta.request_id)
                 if output is None:
                     continue  # ended here already (a stop string, a repeated call): its late words are not needed
-                row = output.row(delta)
-                if row is None:
-                    continue
-                if output.direct is not None:
-                    row = output.direct.pass_on(output.request_id, row)
-                    if output.direct.ended:
-                        output.direct = None
+                direct = output.direct
+                if direct is not None and direct.attached and not direct.held and (body := output.json(delta)):
+                    direct.unreported += 1  # the usual token: written with no row made
+                    row = direct.rest(output.request_id, direct.write(body))
+                else:
+                    row = output.row(delta)
                     if row is None:
                         continue
+                    if direct is not None:
+                        row = direct.pass_on(output.request_id, row)
+                if direct is not None and direct.ended:
+                    output.direct = None
+                if row is None:
+                    continue
                 output.sent += 1
                 rows.append(row)
                 if row[ROW_FINISH] is not None:

@@ -37,7 +37,7 @@ class SequenceOutput:
     `channels` (requests that parse tool calls or thinking), each step's text is split into content, reasoning and
     tool calls, and special tokens stay in the text the parsers read (a format's call marker may be one)."""
 
-    __slots__ = ("_channels", "_detokenizer", "_min_tokens", "_plain", "_stops", "_texts", "direct", "generated",
+    __slots__ = ("_channels", "_detokenizer", "_json", "_json_for", "_min_tokens", "_plain", "_stops", "_texts", "direct", "generated",
                  "request_id", "sent", "stopped")
 
     def __init__(self, request: EngineRequest, tokenizer: Tokenizer, texts: TokenTexts,
@@ -50,6 +50,7 @@ class SequenceOutput:
         self._channels = channels
         self._min_tokens = request.min_tokens
         self._plain = not request.stop and channels is None and not request.logprobs  # text is all there is
+        self._json, self._json_for = (pieces.jsons, pieces.json) if self._plain and pieces else (None, None)
         self.generated = 0
         self.stopped = False
         self.sent = 0  # rows sent to the server
@@ -65,6 +66,18 @@ class SequenceOutput:
             return [self.request_id, text, count, None, None] if text or count else None
         out = self.on_delta(delta)
         return None if out is None else out.to_wire()
+
+    def json(self, delta: TokenDelta) -> bytes | None:
+        """The delta's text as a JSON string where it is one token of plain text in the middle of the answer, whose
+        bytes are whole characters, with nothing held back (ByteLevelPieces.json): an attached stream writes it as
+        it is, with no row made. None: `row` is needed."""
+        if self._json is None or delta.finish is not None or delta.cached_tokens is not None or \
+                len(ids := delta.token_ids) != 1 or self._detokenizer.held:
+            return None
+        if body := self._json.get(ids[0]) or self._json_for(ids[0]):
+            self.generated += 1
+            return body
+        return None
 
     def on_delta(self, delta: TokenDelta) -> TextDelta | None:
         """The text delta to send for this token delta; None when there is nothing new to say."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 
+import orjson
 import pytest
 from tokenizers import Tokenizer
 
@@ -201,3 +202,50 @@ def test_a_chunk_the_socket_does_not_take_whole_goes_back_as_the_rows_tail(token
             break
     whole = received + handed_back.tail.encode("latin-1")  # what the client got, then what the server writes next
     assert chunks(whole) == [f'{PREFIX}"{" " + "x" * 200}"{SUFFIX}'.encode()] * steps
+
+
+def test_token_by_token_the_chunks_hold_whole_characters_and_together_the_whole_text(tokenizer, worker, handoff, client):
+    """One token per step, as engines deliver them: characters cut across tokens, a special token, characters
+    JSON must escape, and a lone lead byte that no token completes. Each chunk is whole characters (a cut one waits
+    for the token that completes it, a broken one is U+FFFD), the chunks together are the text of every token, and
+    the server gets only the finish, with every token counted."""
+    ours, theirs = client
+    text = 'Café 🎉 "quoted" \\ back\nnaïve 日本語\t\x01 end 👩‍👩‍👧'
+    ids = tokens(tokenizer, text)
+    ids.insert(len(ids) // 2, tokenizer.token_to_id("<|im_end|>"))  # a special token: counted, no text
+    ids += [tokenizer.token_to_id("ð"), *tokens(tokenizer, " after")]  # the byte 0xF0, then whole words
+    worker.step([TokenDelta("r", ids[:1])])
+    attach(worker, handoff[0], theirs, seen=1)
+    for token in ids[1:]:
+        worker.step([TokenDelta("r", [token])])
+    worker.step([TokenDelta("r", [], FinishReason.STOP)])
+    assert [(row.num_tokens, row.finish) for row in worker._channel.rows()] == [
+        (1, None), (len(ids) - 1, FinishReason.STOP)]
+    bodies = [orjson.loads(chunk[len(PREFIX):-len(SUFFIX)]) for chunk in chunks(ours.recv(65536))]
+    assert worker._channel.rows()[0].text + "".join(bodies) == tokenizer.decode(ids) == text + "\ufffd after"
+    assert len(bodies) < len(ids) - 1 and all(body for body in bodies)
+
+
+def test_a_single_token_chunk_the_socket_does_not_take_whole_goes_back_as_the_rows_tail(
+        tokenizer, worker, handoff, client):
+    ours, theirs = client
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    worker.step([TokenDelta("r", tokens(tokenizer, " a"))])
+    attach(worker, handoff[0], theirs, seen=1)
+    word = tokens(tokenizer, " hello")
+    assert len(word) == 1
+    steps = 0
+    while not worker._channel.rows()[1:]:
+        worker.step([TokenDelta("r", word)])
+        steps += 1
+        assert steps < 100_000
+    handed_back = worker._channel.rows()[1]
+    assert handed_back.tail and handed_back.num_tokens == steps and worker._live["r"].direct is None
+    ours.setblocking(False)
+    received = b""
+    while True:
+        try:
+            received += ours.recv(1 << 20)
+        except BlockingIOError:
+            break
+    assert chunks(received + handed_back.tail.encode("latin-1")) == [f'{PREFIX}" hello"{SUFFIX}'.encode()] * steps

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import orjson
 import pytest
 from tokenizers import Tokenizer
 
@@ -137,3 +138,19 @@ def test_the_byte_level_table_matches_on_random_tokens_and_broken_characters(tok
         ids = [rng.choice(byte_tokens) if rng.random() < 0.4 else rng.randrange(vocab) for _ in range(rng.randint(1, 30))]
         reference, table = both_ways(tokenizer, steps_of(ids, rng), skip_special_tokens=True)
         assert table == reference, ids
+
+
+def test_a_tokens_json_is_its_text_encoded_where_its_bytes_are_whole_characters(tokenizer):
+    """Every token of the vocabulary: its JSON string is the text the table's detokeniser gives for it alone, as
+    orjson writes it, where that text is whole characters; b"" where it is not (a cut character, a special token)."""
+    pieces = ByteLevelPieces(tokenizer)
+    whole = 0
+    for token in range(tokenizer.get_vocab_size(with_added_tokens=True)):
+        text = IncrementalDetokenizer(tokenizer, pieces=pieces).push([token])
+        body = pieces.json(token)
+        if body:
+            whole += 1
+            assert body == orjson.dumps(text) and "\ufffd" not in text, token
+        else:
+            assert text == "" or "\ufffd" in text, token
+    assert whole > tokenizer.get_vocab_size() * 0.9  # the usual token is whole characters
