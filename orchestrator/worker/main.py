@@ -93,27 +93,28 @@ class Worker:
 
     async def serve(self) -> None:
         """Handle messages until the HTTP process asks to shut down, goes away, or the engine dies."""
+        messages = asyncio.create_task(self._handle_messages())  # one task for every frame, not one per frame
         dead = asyncio.create_task(self.engine_dead.wait())
         try:
-            await self._handle_messages(dead)
+            await asyncio.wait([messages, dead], return_when=asyncio.FIRST_COMPLETED)
+            if dead.done():  # what the worker has to say about the engine's death goes out first
+                messages.cancel()
+                await self._channel.drain(force=True)
+            else:
+                messages.result()
         finally:
             dead.cancel()
+            messages.cancel()
             if self._handoff is not None:
                 self._handoff.take("")  # close sockets handed over for attaches that never came
 
-    async def _handle_messages(self, dead: asyncio.Task) -> None:
+    async def _handle_messages(self) -> None:
         while True:
-            receive = asyncio.ensure_future(self._channel.recv())
-            await asyncio.wait([receive, dead], return_when=asyncio.FIRST_COMPLETED)
-            if dead.done():
-                receive.cancel()
-                await self._channel.drain(force=True)
-                return
             try:
-                frame = receive.result()
+                frame = await self._channel.recv()
             except ChannelClosed:
                 return
-            if not self._handle(frame):
+            if self.engine_dead.is_set() or not self._handle(frame):
                 return
 
     def _handle(self, frame: dict) -> bool:
