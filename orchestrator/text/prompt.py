@@ -14,6 +14,7 @@ from tokenizers import Tokenizer
 from orchestrator.errors import InvalidRequest
 from orchestrator.text.chat_template import render_chat
 from orchestrator.text.literal_specials import LiteralSpecials
+from orchestrator.text.pieces import PieceCache
 from orchestrator.text.segments import SegmentCache
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
@@ -31,6 +32,20 @@ def _token_text(value) -> str | None:
     return value.get("content") if isinstance(value, dict) else value  # older tokenizer_config.json: AddedToken dicts
 
 
+def _specials_around(tokenizer: Tokenizer) -> tuple[list[int], list[int]] | None:
+    """The ids the tokenizer's post-processor puts before and after a text's own (a BOS, an EOS), where they are
+    the same for every text, so that a text's ids with them are its own ids between them; None where not."""
+    own, added = (tokenizer.encode("x", add_special_tokens=flag).ids for flag in (False, True))
+    at = next((i for i in range(len(added) - len(own) + 1) if added[i : i + len(own)] == own), None)
+    if at is None:
+        return None
+    before, after = added[:at], added[at + len(own) :]
+    same = all(tokenizer.encode(text, add_special_tokens=True).ids ==
+               [*before, *tokenizer.encode(text, add_special_tokens=False).ids, *after]
+               for text in ("", " Hello, world!\n", "<|im_end|>12 é"))
+    return (before, after) if same else None
+
+
 class PromptEncoder:
     """Tokenizer and chat template of one engine folder."""
 
@@ -39,6 +54,8 @@ class PromptEncoder:
         self.tokenizer.no_truncation()  # a prompt too long is refused with a 400 (engine_requests.py), never cut
         self.tokenizer.no_padding()
         self.segments = SegmentCache(self.tokenizer)
+        self.pieces = PieceCache(self.tokenizer)
+        self._around = _specials_around(self.tokenizer)
         config_path = folder / "tokenizer_config.json"
         config = json.loads(config_path.read_text()) if config_path.is_file() else {}
         self.special_tokens = {k: t for k in _SPECIAL_KEYS if (t := _token_text(config.get(k))) is not None}
@@ -95,12 +112,18 @@ class PromptEncoder:
 
     def encode_text(self, prompt: str, add_special_tokens: bool = True) -> list[int]:
         """The token ids of `prompt`; long texts are encoded with the GIL released (see GIL_FREE_CHARS), and
-        their segments found in the segment cache where it applies (segments.py)."""
+        their segments found in the segment cache where it applies (segments.py), short ASCII ones piece by piece
+        (pieces.py)."""
+        if add_special_tokens and self._around is not None:
+            before, after = self._around
+            return [*before, *self.encode_text(prompt, False), *after]
         if not add_special_tokens and (ids := self.segments.encode(prompt, self._encode_whole)) is not None:
             return ids
         return self._encode_whole(prompt, add_special_tokens)
 
     def _encode_whole(self, prompt: str, add_special_tokens: bool = False) -> list[int]:
+        if not add_special_tokens and (ids := self.pieces.encode(prompt)) is not None:
+            return ids
         if len(prompt) < GIL_FREE_CHARS:
             return self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens).ids
         return self.tokenizer.encode_batch_fast([prompt], add_special_tokens=add_special_tokens)[0].ids

@@ -50,6 +50,11 @@ def scope(salt: str) -> Iterator[None]:
         _SCOPE.reset(token)
 
 
+def current_scope() -> str | None:
+    """The salt of the `scope` this runs in; None outside one."""
+    return _SCOPE.get()
+
+
 def _problem(tokenizer: Tokenizer, added: list, cut: set[str]) -> str | None:
     """Why this tokenizer's pieces may not be tokenised apart (`added`: its non-normalised added tokens, `cut`:
     those cut at); None when they may."""

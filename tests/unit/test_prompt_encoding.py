@@ -27,3 +27,28 @@ def test_a_tokenizer_that_truncates_or_pads_does_not_cut_or_pad_a_prompt(default
     text = "The quick brown fox jumps over the lazy dog. " * 30
     expected = PromptEncoder(default_engine).encode_text(text, False)
     assert len(expected) > 8 and PromptEncoder(tmp_path).encode_text(text, False) == expected
+
+
+def test_the_special_tokens_a_tokenizer_adds_around_a_text_come_around_its_pieces(default_engine, tmp_path):
+    """A tokenizer whose post-processor adds a token before every text and one after (a BOS, an EOS): a completion's
+    prompt, tokenised piece by piece in a key's scope, has the tokenizer's own ids, those two included."""
+    import json
+
+    from orchestrator.text import segments
+
+    config = json.loads((default_engine / "tokenizer.json").read_text())
+    config["post_processor"] = {
+        "type": "TemplateProcessing", "pair": [{"Sequence": {"id": "A", "type_id": 0}}],
+        "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                   {"SpecialToken": {"id": "<|im_end|>", "type_id": 0}}],
+        "special_tokens": {name: {"id": name, "ids": [config["model"]["vocab"][name]], "tokens": [name]}
+                           for name in ("<|endoftext|>", "<|im_end|>")},
+    }
+    (tmp_path / "tokenizer.json").write_text(json.dumps(config))
+    prompts = PromptEncoder(tmp_path)
+    for text in ("Once upon a time, 3 foxes", "", "<|im_start|>user\nhi<|im_end|>", "naïve café"):
+        expected = prompts.tokenizer.encode(text, add_special_tokens=True).ids
+        with segments.scope("key"):
+            assert prompts.encode_text(text) == expected
+        assert expected[0] != expected[-1] and len(expected) >= 2
+    assert prompts.pieces._scopes["key"]  # the ASCII texts' pieces were found and kept
