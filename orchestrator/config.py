@@ -183,15 +183,9 @@ class StoreConfig(_Section):
 class ServerConfig(BaseSettings):
     """Inferno's settings (`inferno serve --help` lists them all)."""
 
-    model_config = SettingsConfigDict(
-        frozen=True,
-        extra="forbid",
-        env_prefix="INFERNO_",
-        env_nested_delimiter="__",
-        cli_kebab_case=True,
-        cli_implicit_flags=True,
-        cli_prog_name="inferno serve",
-    )
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", env_prefix="INFERNO_",
+                                      env_nested_delimiter="__", cli_kebab_case=True, cli_implicit_flags=True,
+                                      cli_prog_name="inferno serve")
 
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8000, ge=0, le=65535, description="port to listen on (0 picks a free one)")

@@ -35,15 +35,9 @@ class Accounting:
 
 
 def _audit_entry(http: web.Request, record: RequestRecord, status: int, include_text: bool) -> dict:
-    entry = {
-        "request_id": record.id,
-        "key": record.caller.name if record.caller is not None else None,
-        "method": http.method,
-        "path": http.path,
-        "model": record.model,
-        "status": status,
-        "latency_s": round(time.monotonic() - record.arrived, 6),
-    }
+    entry = {"request_id": record.id, "key": record.caller.name if record.caller is not None else None,
+             "method": http.method, "path": http.path, "model": record.model, "status": status,
+             "latency_s": round(time.monotonic() - record.arrived, 6)}
     request = record.inference
     if request is not None:
         entry["prompt_tokens"] = request.prompt_tokens

@@ -21,13 +21,10 @@ def _model(model: ModelSnapshot, engines: dict) -> dict:
 def _describe(http: web.Request) -> dict:
     state = http.app[STATE]
     scheduler = state.scheduler
-    return {
-        "models": [_model(model, state.catalogue.engines) for model in scheduler.snapshot()],
-        "devices": [asdict(device) for device in scheduler.device_memory()],
-        "ledger": asdict(scheduler.memory()),
-        "spare_worker": scheduler.spare_worker,
-        "spare_worker_pid": scheduler.spare_worker_pid,
-    }
+    return {"models": [_model(model, state.catalogue.engines) for model in scheduler.snapshot()],
+            "devices": [asdict(device) for device in scheduler.device_memory()],
+            "ledger": asdict(scheduler.memory()), "spare_worker": scheduler.spare_worker,
+            "spare_worker_pid": scheduler.spare_worker_pid}
 
 
 async def list_models(http: web.Request) -> web.Response:
@@ -49,11 +46,8 @@ async def usage(http: web.Request) -> web.Response:
             limits["models"] = None if policy.models is None else sorted(policy.models)
             limits["priority"] = None if policy.priority is None else policy.priority.name.lower()
         now = live.get(name)
-        keys[name] = {
-            "limits": limits,
-            "now": asdict(now) if now is not None else None,
-            **report.get(name, {"total": None, "models": {}}),
-        }
+        keys[name] = {"limits": limits, "now": asdict(now) if now is not None else None,
+                      **report.get(name, {"total": None, "models": {}})}
     return web.json_response({"keys": keys})
 
 

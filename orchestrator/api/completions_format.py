@@ -39,22 +39,16 @@ def text_logprobs(entries: list | None, offset: int = 0, alternatives: int = 0) 
     top = None
     if alternatives:
         top = [{**{t: lp for t, lp in alts}, text: logprob} for text, logprob, alts in entries]
-    return {
-        "tokens": [text for text, _, _ in entries],
-        "token_logprobs": [logprob for _, logprob, _ in entries],
-        "top_logprobs": top,
-        "text_offset": offsets,
-    }
+    return {"tokens": [text for text, _, _ in entries],
+            "token_logprobs": [logprob for _, logprob, _ in entries], "top_logprobs": top,
+            "text_offset": offsets}
 
 
 def usage(request: InferenceRequest) -> dict:
     """Token counts so far; the prompt tokens served from the prefix cache where the engine reports them."""
     completion = request.completion_tokens
-    counts = {
-        "prompt_tokens": request.prompt_tokens,
-        "completion_tokens": completion,
-        "total_tokens": request.prompt_tokens + completion,
-    }
+    counts = {"prompt_tokens": request.prompt_tokens, "completion_tokens": completion,
+              "total_tokens": request.prompt_tokens + completion}
     if request.cached_tokens is not None:
         counts["prompt_tokens_details"] = {"cached_tokens": request.cached_tokens}
     return counts
@@ -95,22 +89,10 @@ class Format:
         return {"index": choice.index, "text": text, "logprobs": logprobs, "finish_reason": reason}
 
     # -- stream chunks ------------------------------------------------------------------------------------
-    def chunk(
-        self,
-        request: InferenceRequest,
-        created: int,
-        index: int,
-        text: str | None = None,
-        finish: FinishReason | None = None,
-        role: bool = False,
-        include_usage: bool = False,
-        continuous_usage: bool = False,
-        logprobs: list | None = None,
-        offset: int = 0,
-        alternatives: int = 0,
-        reasoning: str | None = None,
-        tool_calls: list | None = None,
-    ) -> dict:
+    def chunk(self, request: InferenceRequest, created: int, index: int, text: str | None = None,
+              finish: FinishReason | None = None, role: bool = False, include_usage: bool = False,
+              continuous_usage: bool = False, logprobs: list | None = None, offset: int = 0,
+              alternatives: int = 0, reasoning: str | None = None, tool_calls: list | None = None) -> dict:
         body = self._envelope(request, self.chunk_name, created)
         reason = finish.openai if finish else None
         if self.chat:

@@ -213,25 +213,16 @@ def inference_request(
     choices = [
         Choice(
             index=i,
-            engine_request=EngineRequest(
-                id=f"{response_id}.{i}",
-                prompt_ids=prompt_ids,
-                max_new_tokens=max_new,
-                sampling=_sampling(fields, engine, i, bias),
-                stop=fields.stop,
-                stop_token_ids=fields.stop_token_ids,
-                ignore_eos=fields.ignore_eos,
-                min_tokens=fields.min_tokens,
-                include_stop_str_in_output=fields.include_stop_str_in_output,
-                priority=priority,
-                logprobs=fields.logprobs,
-                top_logprobs=fields.top_logprobs,
-                guide=plan.guide,
-                tool_calls=plan.tool_calls,
-                reasoning=plan.reasoning,
-                system_prefix_tokens=generation.system_prefix_tokens,
-                cache_salt=salt,
-            ),
+            engine_request=EngineRequest(id=f"{response_id}.{i}", prompt_ids=prompt_ids,
+                                         max_new_tokens=max_new, sampling=_sampling(fields, engine, i, bias),
+                                         stop=fields.stop, stop_token_ids=fields.stop_token_ids,
+                                         ignore_eos=fields.ignore_eos, min_tokens=fields.min_tokens,
+                                         include_stop_str_in_output=fields.include_stop_str_in_output,
+                                         priority=priority, logprobs=fields.logprobs,
+                                         top_logprobs=fields.top_logprobs, guide=plan.guide,
+                                         tool_calls=plan.tool_calls, reasoning=plan.reasoning,
+                                         system_prefix_tokens=generation.system_prefix_tokens,
+                                         cache_salt=salt),
         )
         for i in range(generation.n)
     ]

@@ -113,13 +113,9 @@ def event_bytes(events: list[Event]) -> bytes:
     return b"".join(b"event: %b\ndata: %b\n\n" % (name.encode(), orjson.dumps(data)) for name, data in events)
 
 
-async def serve_events(
-    http: web.Request,
-    wire: FrontDoorRequest,
-    presenter_for: Callable[[Prepared], EventPresenter],
-    id_prefix: str,
-    prepared: Prepared | None = None,
-) -> web.StreamResponse:
+async def serve_events(http: web.Request, wire: FrontDoorRequest,
+                       presenter_for: Callable[[Prepared], EventPresenter], id_prefix: str,
+                       prepared: Prepared | None = None) -> web.StreamResponse:
     """An agent API's generation: the same preparation and lease as chat, written by its presenter."""
     prepared = prepared or await prepare_generation(http, wire, id_prefix)
     presenter = presenter_for(prepared)

@@ -43,11 +43,9 @@ def origins_middleware(allowed_origins: tuple[str, ...]):
 def _preflight_headers(http: web.Request) -> dict[str, str]:
     asked = http.headers.get("Access-Control-Request-Headers", "")
     headers = ", ".join(h.strip() for h in asked.split(",") if h.strip().replace("-", "").isalnum())
-    return {
-        "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
-        "Access-Control-Allow-Headers": headers or DEFAULT_ALLOWED_HEADERS,
-        "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S),
-    }
+    return {"Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+            "Access-Control-Allow-Headers": headers or DEFAULT_ALLOWED_HEADERS,
+            "Access-Control-Max-Age": str(PREFLIGHT_MAX_AGE_S)}
 
 
 async def stamp_cors(http: web.Request, response: web.StreamResponse) -> None:

@@ -199,25 +199,18 @@ class _GenerationRequest(Wire):
         return OutputPlan.for_model(engine.manifest.chat, guide, None, chat=False)
 
     def sampling_fields(self) -> SamplingFields:
-        return SamplingFields(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=None if self.top_k is None else max(self.top_k, 0),
-            min_p=self.min_p,
-            seed=self.seed,
-            presence_penalty=self.presence_penalty,
-            frequency_penalty=self.frequency_penalty,
-            repetition_penalty=self.repetition_penalty,
-            logit_bias=self.logit_bias,
-            ignore_eos=bool(self._extension("ignore_eos")),
-            min_tokens=self._extension("min_tokens") or 0,
-            stop=(self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ()),
-            stop_token_ids=tuple(self.stop_token_ids or ()),
-            include_stop_str_in_output=self.include_stop_str_in_output,
-            logprobs=self.wants_logprobs(),
-            top_logprobs=self.top_logprobs_asked(),
-            logprobs_param=self.TOP_LOGPROBS_PARAM,
-        )
+        return SamplingFields(temperature=self.temperature, top_p=self.top_p,
+                              top_k=None if self.top_k is None else max(self.top_k, 0), min_p=self.min_p,
+                              seed=self.seed, presence_penalty=self.presence_penalty,
+                              frequency_penalty=self.frequency_penalty,
+                              repetition_penalty=self.repetition_penalty, logit_bias=self.logit_bias,
+                              ignore_eos=bool(self._extension("ignore_eos")),
+                              min_tokens=self._extension("min_tokens") or 0,
+                              stop=(self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ()),
+                              stop_token_ids=tuple(self.stop_token_ids or ()),
+                              include_stop_str_in_output=self.include_stop_str_in_output,
+                              logprobs=self.wants_logprobs(), top_logprobs=self.top_logprobs_asked(),
+                              logprobs_param=self.TOP_LOGPROBS_PARAM)
 
     @property
     def choices_asked(self) -> int:

@@ -12,12 +12,8 @@ from orchestrator.engine.manifest import EngineManifest
 if TYPE_CHECKING:  # protocol.py imports the worker's messages, which import backends/options.py: no cycle at run time
     from orchestrator.backends.protocol import Backend, BackendSettings
 
-_MODULES = {
-    "hf": "orchestrator.backends.hf.backend",
-    "trtllm": "orchestrator.backends.trtllm.backend",
-    "sim": "orchestrator.backends.sim.backend",
-    "llamacpp": "orchestrator.backends.llamacpp.backend",
-}
+_MODULES = {"hf": "orchestrator.backends.hf.backend", "trtllm": "orchestrator.backends.trtllm.backend",
+            "sim": "orchestrator.backends.sim.backend", "llamacpp": "orchestrator.backends.llamacpp.backend"}
 
 
 def preload_backends(names: tuple[str, ...]) -> None:

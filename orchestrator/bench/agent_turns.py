@@ -32,12 +32,10 @@ from orchestrator.launch import copy_engine, start_server
 
 GiB = 2**30
 # Each variant's per-model settings, over --kv-cache-bytes (the host tier's size is --host-cache-bytes).
-VARIANTS = {
-    "device only": {"prompt_cache_bytes": 0, "retain_system_prompt": False},
-    "device only, system prompt kept": {"prompt_cache_bytes": 0, "retain_system_prompt": True},
-    "host tier": {"prompt_cache_bytes": None, "retain_system_prompt": False},
-    "host tier, system prompt kept": {"prompt_cache_bytes": None, "retain_system_prompt": True},
-}
+VARIANTS = {"device only": {"prompt_cache_bytes": 0, "retain_system_prompt": False},
+            "device only, system prompt kept": {"prompt_cache_bytes": 0, "retain_system_prompt": True},
+            "host tier": {"prompt_cache_bytes": None, "retain_system_prompt": False},
+            "host tier, system prompt kept": {"prompt_cache_bytes": None, "retain_system_prompt": True}}
 WORDS = ("file", "test", "error", "patch", "module", "function", "result", "change", "line", "build", "check",
          "value", "return", "import", "class", "update", "search", "tool", "call", "output")
 

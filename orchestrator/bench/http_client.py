@@ -257,13 +257,8 @@ async def post_pooled(pool: ConnectionPool, request: bytes, sink: BodySink, time
 
 def request_head(host_header: str, path: str, body_length: int, api_key: str | None) -> bytes:
     """The head of a JSON POST that asks for an event stream."""
-    lines = [
-        f"POST {path} HTTP/1.1",
-        f"Host: {host_header}",
-        "Content-Type: application/json",
-        "Accept: text/event-stream",
-        f"Content-Length: {body_length}",
-    ]
+    lines = [f"POST {path} HTTP/1.1", f"Host: {host_header}", "Content-Type: application/json",
+             "Accept: text/event-stream", f"Content-Length: {body_length}"]
     if api_key:
         lines.append(f"Authorization: Bearer {api_key}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode()

@@ -55,13 +55,11 @@ class BenchOptions:
     def as_dict(self) -> dict:
         """Every setting, for the result file."""
         settings = asdict(self)
-        settings |= {
-            "models": self.models.describe() if self.models else "first listed by the server",
-            "isl": self.isl.describe(), "osl": self.osl.describe(), "slo": self.slo.as_dict(),
-            "endpoint": "chat" if self.chat else "completions",
-            "api_key": "(set)" if self.api_key else None,
-            "victim_key": "(set)" if self.victim_key else None,
-        }
+        settings |= {"models": self.models.describe() if self.models else "first listed by the server",
+                     "isl": self.isl.describe(), "osl": self.osl.describe(), "slo": self.slo.as_dict(),
+                     "endpoint": "chat" if self.chat else "completions",
+                     "api_key": "(set)" if self.api_key else None,
+                     "victim_key": "(set)" if self.victim_key else None}
         return {key: str(value) if isinstance(value, Path) else value for key, value in settings.items()}
 
 

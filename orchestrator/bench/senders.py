@@ -39,12 +39,8 @@ def request_body(spec: RequestSpec, prompt: str, shape: RequestShape) -> dict:
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
-    body |= {
-        "max_tokens": spec.osl,
-        "temperature": shape.temperature,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+    body |= {"max_tokens": spec.osl, "temperature": shape.temperature, "stream": True,
+             "stream_options": {"include_usage": True}}
     if shape.ignore_eos:
         body["ignore_eos"] = True
     return body

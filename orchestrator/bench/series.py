@@ -53,11 +53,8 @@ class CpuProbe:
             "exited_during_level": exited,
         }
         if self.exclude:
-            report |= {
-                "excluded_threads": list(self.exclude),
-                "excluded_cpu_s": round(excluded, 3),
-                "us_per_token_excluding": per_token(total - excluded),
-            }
+            report |= {"excluded_threads": list(self.exclude), "excluded_cpu_s": round(excluded, 3),
+                       "us_per_token_excluding": per_token(total - excluded)}
         if self.floor_us and tokens:
             counted = report.get("us_per_token_excluding", report["us_per_token"])
             report |= {"floor_us_per_token": self.floor_us, "floor_ratio": round(counted / self.floor_us, 2)}

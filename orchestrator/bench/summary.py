@@ -39,20 +39,14 @@ def summarise(run: LevelRun, load: dict, slo: Slo) -> dict:
         "prompt_tokens": distribution([r.prompt_tokens for r in ok if r.prompt_tokens is not None], 1),
         "output_tokens_per_request": distribution([r.tokens for r in ok], 1),
         "chunks": sum(len(r.token_times) for r in ok),
-        "client": {
-            "cpu_s": _rounded(run.client_cpu_s, 4),
-            "cpu_us_per_chunk": _rounded(run.client_cpu_s * 1e6 / events if events else None, 2),
-            "events": events,
-            "max_in_flight": run.max_in_flight,
-            "send_lag_s": distribution(run.send_lag_s) if run.send_lag_s else None,
-        },
+        "client": {"cpu_s": _rounded(run.client_cpu_s, 4),
+                   "cpu_us_per_chunk": _rounded(run.client_cpu_s * 1e6 / events if events else None, 2),
+                   "events": events, "max_in_flight": run.max_in_flight,
+                   "send_lag_s": distribution(run.send_lag_s) if run.send_lag_s else None},
     }
     if slo.as_dict() != Slo().as_dict():
         met = sum(1 for r in run.records if slo.met_by(r))
-        row["goodput"] = {
-            "slo": slo.as_dict(),
-            "requests": met,
-            "req_s": _rounded(met / wall if wall else None, 3),
-            "fraction": _rounded(met / len(run.records) if run.records else None, 4),
-        }
+        row["goodput"] = {"slo": slo.as_dict(), "requests": met,
+                          "req_s": _rounded(met / wall if wall else None, 3),
+                          "fraction": _rounded(met / len(run.records) if run.records else None, 4)}
     return row

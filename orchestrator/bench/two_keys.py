@@ -70,25 +70,19 @@ async def flood_loop(sender: HttpSender, prepared: list, start: int, records: li
 
 
 def victim_summary(records: list[RequestTiming]) -> dict:
-    return {
-        "requests": len(records),
-        "ok": sum(r.ok for r in records),
-        "rejected_429": sum(refused(r) for r in records),
-        "errors": sum(not r.ok and not refused(r) for r in records),
-        "ttft_s": distribution([r.ttft for r in records if r.ok and r.ttft is not None]),
-        "error_messages": sorted({r.error[:200] for r in records if r.error})[:5],
-    }
+    return {"requests": len(records), "ok": sum(r.ok for r in records),
+            "rejected_429": sum(refused(r) for r in records),
+            "errors": sum(not r.ok and not refused(r) for r in records),
+            "ttft_s": distribution([r.ttft for r in records if r.ok and r.ttft is not None]),
+            "error_messages": sorted({r.error[:200] for r in records if r.error})[:5]}
 
 
 def flood_summary(records: list[RequestTiming], seconds: float) -> dict:
     done = [r for r in records if r.ok and r.end is not None]
-    return {
-        "requests_finished": len(done),
-        "rejected_429": sum(refused(r) for r in records),
-        "errors": sum(not r.ok and not refused(r) for r in records),
-        "output_tok_s": rounded(sum(r.tokens for r in done) / seconds if seconds > 0 else None, 2),
-        "ttft_s": distribution([r.ttft for r in done if r.ttft is not None]),
-    }
+    return {"requests_finished": len(done), "rejected_429": sum(refused(r) for r in records),
+            "errors": sum(not r.ok and not refused(r) for r in records),
+            "output_tok_s": rounded(sum(r.tokens for r in done) / seconds if seconds > 0 else None, 2),
+            "ttft_s": distribution([r.ttft for r in done if r.ttft is not None])}
 
 
 class TwoKeys:

@@ -26,12 +26,8 @@ EngineFormat = Literal["hf-safetensors", "trt-engine", "sim-config", "gguf"]
 IMPLIED_FORMAT: dict[str, EngineFormat] = {
     "hf": "hf-safetensors", "trtllm": "trt-engine", "sim": "sim-config", "llamacpp": "gguf"
 }
-BACKEND_FORMATS: dict[str, tuple[EngineFormat, ...]] = {
-    "hf": ("hf-safetensors",),
-    "trtllm": ("trt-engine",),
-    "sim": ("sim-config",),
-    "llamacpp": ("gguf",),
-}
+BACKEND_FORMATS: dict[str, tuple[EngineFormat, ...]] = {"hf": ("hf-safetensors",), "trtllm": ("trt-engine",),
+                                                        "sim": ("sim-config",), "llamacpp": ("gguf",)}
 
 
 class _Frozen(BaseModel):

@@ -116,25 +116,17 @@ class EngineRequest:
     def from_wire(cls, data: dict) -> EngineRequest:
         sampling = dict(data["sampling"])
         sampling["logit_bias"] = tuple((int(t), float(b)) for t, b in sampling.get("logit_bias", ()))
-        return cls(
-            id=data["id"],
-            prompt_ids=tuple(data["prompt_ids"]),
-            max_new_tokens=data["max_new_tokens"],
-            sampling=SamplingParams(**sampling),
-            stop=tuple(data["stop"]),
-            stop_token_ids=tuple(data.get("stop_token_ids", ())),
-            ignore_eos=data.get("ignore_eos", False),
-            min_tokens=data.get("min_tokens", 0),
-            include_stop_str_in_output=data.get("include_stop_str_in_output", False),
-            priority=data["priority"],
-            logprobs=data.get("logprobs", False),
-            top_logprobs=data.get("top_logprobs", 0),
-            guide=Guide.from_wire(data["guide"]) if data.get("guide") else None,
-            tool_calls=data.get("tool_calls", ""),
-            reasoning=data.get("reasoning", False),
-            system_prefix_tokens=data.get("system_prefix_tokens", 0),
-            cache_salt=data.get("cache_salt", ""),
-        )
+        return cls(id=data["id"], prompt_ids=tuple(data["prompt_ids"]), max_new_tokens=data["max_new_tokens"],
+                   sampling=SamplingParams(**sampling), stop=tuple(data["stop"]),
+                   stop_token_ids=tuple(data.get("stop_token_ids", ())),
+                   ignore_eos=data.get("ignore_eos", False), min_tokens=data.get("min_tokens", 0),
+                   include_stop_str_in_output=data.get("include_stop_str_in_output", False),
+                   priority=data["priority"], logprobs=data.get("logprobs", False),
+                   top_logprobs=data.get("top_logprobs", 0),
+                   guide=Guide.from_wire(data["guide"]) if data.get("guide") else None,
+                   tool_calls=data.get("tool_calls", ""), reasoning=data.get("reasoning", False),
+                   system_prefix_tokens=data.get("system_prefix_tokens", 0),
+                   cache_salt=data.get("cache_salt", ""))
 
 
 _REQUEST_FIELDS = tuple(f.name for f in fields(EngineRequest) if f.name not in ("sampling", "guide"))

@@ -15,14 +15,8 @@ from orchestrator.scheduler.placement import ModelPlacement
 
 
 class AdminOperations:
-    def __init__(
-        self,
-        entry_for: Callable[[str], ModelEntry],
-        admission: AdmissionControl,
-        placement: ModelPlacement,
-        ledger: MemoryLedger,
-        clock: Callable[[], float],
-    ):
+    def __init__(self, entry_for: Callable[[str], ModelEntry], admission: AdmissionControl,
+                 placement: ModelPlacement, ledger: MemoryLedger, clock: Callable[[], float]):
         self._entry_for = entry_for
         self._admission = admission
         self._placement = placement

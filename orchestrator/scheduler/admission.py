@@ -29,15 +29,9 @@ RETRY_AFTER_SHUTDOWN_S = 5.0  # another replica may serve it meanwhile
 
 
 class AdmissionControl:
-    def __init__(
-        self,
-        entries: dict[str, ModelEntry],
-        scheduling: SchedulingConfig,
-        on_model_idle: Callable[[ModelEntry], None],
-        on_busy: Callable[[], None],
-        on_quiet: Callable[[], None],
-        clock: Callable[[], float] = time.monotonic,
-    ):
+    def __init__(self, entries: dict[str, ModelEntry], scheduling: SchedulingConfig,
+                 on_model_idle: Callable[[ModelEntry], None], on_busy: Callable[[], None],
+                 on_quiet: Callable[[], None], clock: Callable[[], float] = time.monotonic):
         """on_model_idle: a loaded model has nothing running or queued; on_busy: a request took a
         permit; on_quiet: no request holds a permit any more; clock: the scheduler's (monotonic seconds, for how
         recently each key was active)."""
@@ -109,11 +103,8 @@ class AdmissionControl:
             timeout = self._scheduling.queue_timeout_s
             why = f" ({waiter.waiting_for})" if waiter.waiting_for else ""
             waiter.future.set_exception(
-                ModelUnavailable(
-                    f"model '{entry.name}' stayed busy for {timeout:.0f} s{why}; retry later",
-                    retry_after_s=RETRY_AFTER_BUSY_S,
-                )
-            )
+                ModelUnavailable(f"model '{entry.name}' stayed busy for {timeout:.0f} s{why}; retry later",
+                                 retry_after_s=RETRY_AFTER_BUSY_S))
 
     def release(self, entry: ModelEntry, tenant: Tenant = ANONYMOUS_TENANT, request: Metered | None = None,
                 logits_bytes: int = 0) -> None:

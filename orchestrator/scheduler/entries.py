@@ -129,16 +129,10 @@ class ModelEntry:
 
     def load_view(self) -> ModelLoad:
         head = self.waiters[0] if self.waiters else None
-        return ModelLoad(
-            name=self.name,
-            running=self.running,
-            queued=self.queued,
-            max_concurrency=self.max_concurrency,
-            max_queue=self.max_queue,
-            weight=self.settings.weight,
-            head_priority=head.priority if head else None,
-            head_arrival=head.arrival if head else 0,
-        )
+        return ModelLoad(name=self.name, running=self.running, queued=self.queued,
+                         max_concurrency=self.max_concurrency, max_queue=self.max_queue,
+                         weight=self.settings.weight, head_priority=head.priority if head else None,
+                         head_arrival=head.arrival if head else 0)
 
     def cancel_idle_timer(self) -> None:
         if self.idle_timer is not None:

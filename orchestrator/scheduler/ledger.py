@@ -132,11 +132,9 @@ class _Kept:
 
 
 class MemoryLedger:
-    def __init__(
-        self, probe: DeviceProbe, capacity_bytes: int | None, reserve_bytes: int | None,
-        host_capacity_bytes: int | None = None, host_reserve_bytes: int | None = None,
-        kept_budget_bytes: int | None = None,
-    ):
+    def __init__(self, probe: DeviceProbe, capacity_bytes: int | None, reserve_bytes: int | None,
+                 host_capacity_bytes: int | None = None, host_reserve_bytes: int | None = None,
+                 kept_budget_bytes: int | None = None):
         self.probe = probe
         reading = probe.read()
         self.capacity = capacity_bytes or reading.total_bytes

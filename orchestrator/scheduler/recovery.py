@@ -24,15 +24,9 @@ log = logging.getLogger(__name__)
 
 
 class Recovery:
-    def __init__(
-        self,
-        entries: dict[str, ModelEntry],
-        ledger: MemoryLedger,
-        events: SchedulerEvents,
-        clock: Callable[[], float],
-        reload: Callable[[ModelEntry], Awaitable[object]],
-        capacity_changed: Callable[[], None],
-    ):
+    def __init__(self, entries: dict[str, ModelEntry], ledger: MemoryLedger, events: SchedulerEvents,
+                 clock: Callable[[], float], reload: Callable[[ModelEntry], Awaitable[object]],
+                 capacity_changed: Callable[[], None]):
         """`reload(entry)` loads a model (placement's ensure_loaded); `capacity_changed()` wakes loads waiting
         for room."""
         self._entries = entries

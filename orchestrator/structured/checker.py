@@ -48,20 +48,10 @@ class GrammarChecker:
     vocabulary, `wait_s` a caller's wait for a verdict; `step_budget_ms` is the most one request's guided rows
     may cost per decoding step, measured along a walk of `walk_steps` steps."""
 
-    def __init__(
-        self,
-        *,
-        time_limit_s: float = 10.0,
-        start_time_limit_s: float = 120.0,
-        cache_entries: int = 4096,
-        threads: int = 1,
-        processes: int = 2,
-        per_key: int = 1,
-        wait_s: float = 15.0,
-        step_budget_ms: float = 4.0,
-        walk_steps: int = 8,
-        python: str = sys.executable,
-    ):
+    def __init__(self, *, time_limit_s: float = 10.0, start_time_limit_s: float = 120.0,
+                 cache_entries: int = 4096, threads: int = 1, processes: int = 2, per_key: int = 1,
+                 wait_s: float = 15.0, step_budget_ms: float = 4.0, walk_steps: int = 8,
+                 python: str = sys.executable):
         self.time_limit_s, self.wait_s = time_limit_s, wait_s
         self.step_budget_ms, self.walk_steps = step_budget_ms, walk_steps
         self._cache_entries = cache_entries
@@ -96,16 +86,8 @@ class GrammarChecker:
             for link in links:
                 self._idle.put_nowait(link)
 
-    async def check(
-        self,
-        folder: Path,
-        guide: Guide,
-        *,
-        stop_token_ids: tuple[int, ...] | None = None,
-        vocab_size: int | None = None,
-        rows: int = 1,
-        key: str | None = None,
-    ) -> None:
+    async def check(self, folder: Path, guide: Guide, *, stop_token_ids: tuple[int, ...] | None = None,
+                    vocab_size: int | None = None, rows: int = 1, key: str | None = None) -> None:
         """Return if `guide` compiles over the vocabulary of engine folder `folder` and `rows` rows of it fit
         the step budget; raise InvalidRequest (naming the guide's field) if it is too deep or large to compile,
         xgrammar refuses it, it takes longer than the time limit or costs too much per step. Raises

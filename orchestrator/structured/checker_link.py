@@ -81,13 +81,9 @@ class CheckerLink:
     async def _ensure_loaded(self, vocab: VocabRef) -> None:
         if vocab.key in self._loaded:
             return
-        message = {
-            "op": "load",
-            "vocab": vocab.key,
-            "folder": vocab.folder,
-            "stop_token_ids": list(vocab.stop_token_ids) if vocab.stop_token_ids else None,
-            "size": vocab.size,
-        }
+        message = {"op": "load", "vocab": vocab.key, "folder": vocab.folder,
+                   "stop_token_ids": list(vocab.stop_token_ids) if vocab.stop_token_ids else None,
+                   "size": vocab.size}
         try:
             reply = await asyncio.wait_for(self._request(message), self._start_time_limit_s)
         except (TimeoutError, CheckerGone) as exc:

@@ -184,13 +184,9 @@ def ebnf_literal(text: str) -> str:
     return '"' + "".join(_EBNF_ESCAPES.get(char, char) for char in text) + '"'
 
 
-_STRUCTURED_OUTPUT_CONVERTERS = {
-    "json": lambda value, param: json_schema_guide(value, param=param),
-    "regex": _text_guide("regex"),
-    "grammar": _text_guide("ebnf"),
-    "choice": choice_guide,
-    "json_object": _json_object_flag,
-}
+_STRUCTURED_OUTPUT_CONVERTERS = {"json": lambda value, param: json_schema_guide(value, param=param),
+                                 "regex": _text_guide("regex"), "grammar": _text_guide("ebnf"),
+                                 "choice": choice_guide, "json_object": _json_object_flag}
 
 
 def _bounded(text: str, param: str) -> str:

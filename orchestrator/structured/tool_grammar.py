@@ -42,12 +42,8 @@ def tool_call_guide(plan: ToolPlan, fmt: ToolFormat) -> Guide | None:
 
 
 def _call_tag(name: str, parameters: dict[str, Any], fmt: ToolFormat) -> dict[str, Any]:
-    return {
-        "type": "tag",
-        "begin": fmt.call_open + fmt.call_head(name),
-        "content": {"type": "json_schema", "json_schema": parameters},
-        "end": "}" + fmt.call_close,
-    }
+    return {"type": "tag", "begin": fmt.call_open + fmt.call_head(name),
+            "content": {"type": "json_schema", "json_schema": parameters}, "end": "}" + fmt.call_close}
 
 
 def _framed(calls: dict[str, Any], fmt: ToolFormat) -> dict[str, Any]:

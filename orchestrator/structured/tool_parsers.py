@@ -63,12 +63,8 @@ class ToolCall:
 def delta_of(event: ToolCallStart | ToolCallArguments) -> dict:
     """`delta.tool_calls[i]` of a streamed chunk: id, type and name once, then argument fragments."""
     if isinstance(event, ToolCallStart):
-        return {
-            "index": event.index,
-            "id": event.id,
-            "type": "function",
-            "function": {"name": event.name, "arguments": ""},
-        }
+        return {"index": event.index, "id": event.id, "type": "function",
+                "function": {"name": event.name, "arguments": ""}}
     return {"index": event.index, "function": {"arguments": event.fragment}}
 
 
@@ -188,10 +184,8 @@ class ToolCallParser:
         stripped = self._buffer.lstrip(_WHITESPACE)
         if not stripped:
             return False
-        for token, state in (
-            (self.fmt.separator.strip(), "call_open"),
-            (self.fmt.list_close.strip(), "after"),
-        ):
+        for token, state in ((self.fmt.separator.strip(), "call_open"),
+                             (self.fmt.list_close.strip(), "after")):
             if token and stripped.startswith(token):
                 self._take(len(self._buffer) - len(stripped) + len(token))
                 self._state = state

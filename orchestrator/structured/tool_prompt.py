@@ -68,11 +68,9 @@ def tool_system_prompt(plan: ToolPlan, fmt: ToolFormat) -> str:
                                     "parameters": f.parameters_schema()}, ensure_ascii=False)
                         for f in (tool.function for tool in plan.tools))
     example = fmt.calls_text([("<function name>", "<arguments as a JSON object>")])
-    rules = {
-        "auto": "If a tool helps, answer with only the call(s); otherwise answer normally.",
-        "required": "You must answer with one or more tool calls.",
-        "named": f"You must answer with one call of {plan.tools[0].function.name}.",
-    }[plan.mode]
+    rules = {"auto": "If a tool helps, answer with only the call(s); otherwise answer normally.",
+             "required": "You must answer with one or more tool calls.",
+             "named": f"You must answer with one call of {plan.tools[0].function.name}."}[plan.mode]
     count = "You may make several calls at once." if plan.parallel else "Make one call at a time."
     return (
         "You can call these tools. Each line is one tool, with a JSON Schema of its arguments:\n"

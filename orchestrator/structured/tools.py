@@ -81,11 +81,8 @@ class ToolPlan:
         return self.mode != "none"
 
 
-def plan_tools(
-    tools: list[ToolDefinition] | None,
-    tool_choice: ToolChoice | None,
-    parallel_tool_calls: bool | None,
-) -> ToolPlan | None:
+def plan_tools(tools: list[ToolDefinition] | None, tool_choice: ToolChoice | None,
+               parallel_tool_calls: bool | None) -> ToolPlan | None:
     """The plan for a request, or None when it has no tools. OpenAI's defaults: tool_choice `auto` with
     tools, parallel calls allowed."""
     if not tools:

@@ -43,10 +43,8 @@ def _kind(value: Any, known: tuple[str, ...] = ("text", "tool_use", "tool_result
     return kind if kind in known else "other"
 
 
-ResultPart = Annotated[
-    Annotated[TextBlock, Tag("text")] | Annotated[OtherBlock, Tag("other")],
-    Discriminator(lambda value: _kind(value, ("text",))),
-]
+ResultPart = Annotated[Annotated[TextBlock, Tag("text")] | Annotated[OtherBlock, Tag("other")],
+                       Discriminator(lambda value: _kind(value, ("text",)))]
 
 
 class ToolResultBlock(_Block):

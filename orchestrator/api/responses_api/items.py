@@ -17,10 +17,8 @@ class _Wire(BaseModel):
 def text_or(parts: Any) -> Any:
     """A field that is a string or a list of `parts`; a list that is wrong is reported inside it (not as "should
     be a valid string")."""
-    return Annotated[
-        Annotated[str, Tag("<text>")] | Annotated[parts, Tag("<list>")],
-        Discriminator(lambda value: "<text>" if isinstance(value, str) else "<list>"),
-    ]
+    return Annotated[Annotated[str, Tag("<text>")] | Annotated[parts, Tag("<list>")],
+                     Discriminator(lambda value: "<text>" if isinstance(value, str) else "<list>")]
 
 
 # -- input items ------------------------------------------------------------------------------------------------

@@ -83,13 +83,10 @@ def final_status(choice: Choice) -> str:
 
 def usage(request: InferenceRequest, reasoning_tokens: int) -> dict:
     output = request.completion_tokens
-    return {
-        "input_tokens": request.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": request.cached_tokens or 0, "cache_write_tokens": 0},
-        "output_tokens": output,
-        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-        "total_tokens": request.prompt_tokens + output,
-    }
+    return {"input_tokens": request.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": request.cached_tokens or 0, "cache_write_tokens": 0},
+            "output_tokens": output, "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "total_tokens": request.prompt_tokens + output}
 
 
 def response_body(wire: ResponsesRequest, request: InferenceRequest, response_id: str, created_at: int,

@@ -73,10 +73,8 @@ def _tool_kind(value: Any) -> str:
     return f"<{kind if kind in ('function', 'namespace') else 'other'}>"
 
 
-NamespacedTool = Annotated[
-    Annotated[FunctionTool, Tag("<function>")] | Annotated[OtherTool, Tag("<other>")],
-    Discriminator(_tool_kind),
-]
+NamespacedTool = Annotated[Annotated[FunctionTool, Tag("<function>")] | Annotated[OtherTool, Tag("<other>")],
+                           Discriminator(_tool_kind)]
 
 
 class NamespaceTool(Wire):

@@ -241,14 +241,10 @@ class HfBackend:
     def _add(self, request: EngineRequest, eos: frozenset[int], guide_state=None) -> None:
         from orchestrator.backends.hf.sampling import processor_kwargs
 
-        accepted = self._manager.add_request(
-            list(request.prompt_ids),
-            request_id=request.id,
-            max_new_tokens=request.max_new_tokens,
-            streaming=True,
-            eos_token_id=sorted(eos) or -1,
-            **processor_kwargs(request, eos, guide_state),
-        )
+        accepted = self._manager.add_request(list(request.prompt_ids), request_id=request.id,
+                                             max_new_tokens=request.max_new_tokens, streaming=True,
+                                             eos_token_id=sorted(eos) or -1,
+                                             **processor_kwargs(request, eos, guide_state))
         if accepted is None:
             self._forget(request.id)
             self._die("the generation loop refused a request")
@@ -318,16 +314,13 @@ class HfBackend:
             return BackendStats(0, 0, self._kv_blocks, self._kv_blocks, 0, self._manifest.kv_cache.tokens_per_block, 0)
         scheduler, cache = processor.scheduler, processor.cache
         free = round(cache.num_blocks * cache.compute_free_capacity(relative=True))
-        return BackendStats(
-            running=len(scheduler.active_requests),
-            waiting=len(scheduler.waiting_requests) + manager.input_queue.qsize(),
-            kv_blocks_total=cache.num_blocks,
-            kv_blocks_free=free,
-            kv_blocks_used=cache.num_blocks - free,
-            tokens_per_block=self._manifest.kv_cache.tokens_per_block,
-            iterations=getattr(manager, "current_batch", 0),
-            kv_blocks_reused=self._prefix.blocks if self._prefix else 0,
-        )
+        return BackendStats(running=len(scheduler.active_requests),
+                            waiting=len(scheduler.waiting_requests) + manager.input_queue.qsize(),
+                            kv_blocks_total=cache.num_blocks, kv_blocks_free=free,
+                            kv_blocks_used=cache.num_blocks - free,
+                            tokens_per_block=self._manifest.kv_cache.tokens_per_block,
+                            iterations=getattr(manager, "current_batch", 0),
+                            kv_blocks_reused=self._prefix.blocks if self._prefix else 0)
 
     async def close(self) -> None:
         if self._manager is not None and self._manager.is_running():

@@ -108,19 +108,13 @@ class Model:
         description = ctypes.create_string_buffer(256)
         lib.llama_model_desc(model, description, len(description))
         template = lib.llama_model_chat_template(model, None)
-        return GgufFacts(
-            n_vocab=n_vocab,
-            n_layer=lib.llama_model_n_layer(model),
-            n_head_kv=lib.llama_model_n_head_kv(model),
-            n_embd=lib.llama_model_n_embd(model),
-            n_head=lib.llama_model_n_head(model),
-            n_ctx_train=lib.llama_model_n_ctx_train(model),
-            n_params=lib.llama_model_n_params(model),
-            size_bytes=lib.llama_model_size(model),
-            description=description.value.decode(errors="replace"),
-            chat_template=template.decode() if template else None,
-            eog_tokens=tuple(t for t in range(n_vocab) if lib.llama_vocab_is_eog(vocab, t)),
-        )
+        return GgufFacts(n_vocab=n_vocab, n_layer=lib.llama_model_n_layer(model),
+                         n_head_kv=lib.llama_model_n_head_kv(model), n_embd=lib.llama_model_n_embd(model),
+                         n_head=lib.llama_model_n_head(model), n_ctx_train=lib.llama_model_n_ctx_train(model),
+                         n_params=lib.llama_model_n_params(model), size_bytes=lib.llama_model_size(model),
+                         description=description.value.decode(errors="replace"),
+                         chat_template=template.decode() if template else None,
+                         eog_tokens=tuple(t for t in range(n_vocab) if lib.llama_vocab_is_eog(vocab, t)))
 
     def tokenize(self, text: str, special: bool = True) -> list[int]:
         """llama.cpp's own tokenisation (Inferno tokenises with tokenizer.json; this is for checking they agree)."""

@@ -154,22 +154,13 @@ class LlamaCppBackend:
         self._model = Model(settings.engine_dir / MODEL_FILE)
         layout = kv_layout(kv_cells(settings), limits.max_batch_size, limits.max_seq_len)
         threads = step_threads(settings.options.threads, os.cpu_count() or 1)
-        shape = ContextShape(
-            n_ctx=layout.cells,
-            n_batch=limits.max_num_tokens * STEP_UBATCHES,
-            n_ubatch=limits.max_num_tokens,
-            n_seq_max=layout.slots,
-            n_threads=threads.most,
-            unified=layout.unified,
-        )
+        shape = ContextShape(n_ctx=layout.cells, n_batch=limits.max_num_tokens * STEP_UBATCHES,
+                             n_ubatch=limits.max_num_tokens, n_seq_max=layout.slots, n_threads=threads.most,
+                             unified=layout.unified)
         self._context = Context(self._model, shape)
-        engine_limits = EngineLimits(
-            n_batch=shape.n_batch,
-            n_ubatch=shape.n_ubatch,
-            max_seq_len=min(limits.max_seq_len, layout.seq_cells),
-            prompt_cache_bytes=prompt_cache_bytes(settings),
-            threads=threads,
-        )
+        engine_limits = EngineLimits(n_batch=shape.n_batch, n_ubatch=shape.n_ubatch,
+                                     max_seq_len=min(limits.max_seq_len, layout.seq_cells),
+                                     prompt_cache_bytes=prompt_cache_bytes(settings), threads=threads)
         ends = frozenset(manifest.tokenizer.eos_token_ids)
         self._engine = EngineLoop(self._context, engine_limits, ends, self._hand_over, self._hand_over_death)
         log.info("llama.cpp context: %d KV cells, %d sequences (%s), steps of up to %d tokens in passes of %d, %s",

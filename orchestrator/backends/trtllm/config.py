@@ -88,12 +88,10 @@ def guided_decoding_config(trtllm: ModuleType, settings: BackendSettings):
     """Structured outputs on the engine: xgrammar (the only backend the TensorRT engine runtime accepts) over
     the model's vocabulary, as the grammar checker compiled every guide before admission (reference §8)."""
     vocabulary = load_vocabulary(settings.engine_dir, stop_token_ids=settings.manifest.tokenizer.eos_token_ids)
-    return trtllm.GuidedDecodingConfig(
-        trtllm.GuidedDecodingConfig.GuidedDecodingBackend.XGRAMMAR,
-        encoded_vocab=list(vocabulary.encoded),
-        tokenizer_str=vocabulary.tokenizer_json,
-        stop_token_ids=list(vocabulary.stop_token_ids),
-    )
+    return trtllm.GuidedDecodingConfig(trtllm.GuidedDecodingConfig.GuidedDecodingBackend.XGRAMMAR,
+                                       encoded_vocab=list(vocabulary.encoded),
+                                       tokenizer_str=vocabulary.tokenizer_json,
+                                       stop_token_ids=list(vocabulary.stop_token_ids))
 
 
 def _capacity_policy(trtllm: ModuleType, settings: BackendSettings):

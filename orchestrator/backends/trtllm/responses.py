@@ -53,13 +53,9 @@ class ResponseReader:
 
     def __init__(self, trtllm: ModuleType, eos_token_ids: tuple[int, ...]):
         reasons = trtllm.FinishReason
-        self._finish = {
-            reasons.END_ID: FinishReason.STOP,
-            reasons.STOP_WORDS: FinishReason.STOP,
-            reasons.LENGTH: FinishReason.LENGTH,
-            reasons.TIMED_OUT: FinishReason.LENGTH,
-            reasons.CANCELLED: FinishReason.CANCELLED,
-        }
+        self._finish = {reasons.END_ID: FinishReason.STOP, reasons.STOP_WORDS: FinishReason.STOP,
+                        reasons.LENGTH: FinishReason.LENGTH, reasons.TIMED_OUT: FinishReason.LENGTH,
+                        reasons.CANCELLED: FinishReason.CANCELLED}
         self._eos = frozenset(eos_token_ids)
         self._counted: set[int] = set()  # requests whose reused blocks were read, until their final result
 
@@ -154,14 +150,8 @@ def _last_logprobs(log_probs, count: int) -> list[float] | None:
 class ResponsePump:
     """The one thread that waits for the executor's responses and hands them to the event loop."""
 
-    def __init__(
-        self,
-        executor,
-        reader: ResponseReader,
-        loop: asyncio.AbstractEventLoop,
-        deliver: Callable[[list[Update]], None],
-        fail: Callable[[str], None],
-    ):
+    def __init__(self, executor, reader: ResponseReader, loop: asyncio.AbstractEventLoop,
+                 deliver: Callable[[list[Update]], None], fail: Callable[[str], None]):
         self._executor = executor
         self._reader = reader
         self._loop = loop

@@ -29,22 +29,13 @@ class IterationStatsReader:
         return self._stats
 
     def _take(self, entry) -> None:
-        stats = replace(
-            self._stats,
-            running=entry.num_active_requests,
-            waiting=entry.num_queued_requests,
-            iterations=entry.iter,
-        )
+        stats = replace(self._stats, running=entry.num_active_requests, waiting=entry.num_queued_requests,
+                        iterations=entry.iter)
         if entry.iter_latency_ms > 0:  # the entry for a batch running empty carries no step latency
             stats = replace(stats, iteration_latency_ms=float(entry.iter_latency_ms))
         kv = entry.kv_cache_stats
         if kv is not None:
-            stats = replace(
-                stats,
-                kv_blocks_total=kv.max_num_blocks,
-                kv_blocks_free=kv.free_num_blocks,
-                kv_blocks_used=kv.used_num_blocks,
-                tokens_per_block=kv.tokens_per_block,
-                kv_blocks_reused=kv.reused_blocks,
-            )
+            stats = replace(stats, kv_blocks_total=kv.max_num_blocks, kv_blocks_free=kv.free_num_blocks,
+                            kv_blocks_used=kv.used_num_blocks, tokens_per_block=kv.tokens_per_block,
+                            kv_blocks_reused=kv.reused_blocks)
         self._stats = stats

@@ -43,11 +43,9 @@ def _serve(channel, threads: int) -> int:
         request = json.loads(line)
         try:
             if request["op"] == "load":
-                vocabulary = load_vocabulary(
-                    Path(request["folder"]),
-                    stop_token_ids=tuple(request["stop_token_ids"] or ()) or None,
-                    size=request.get("size"),
-                )
+                vocabulary = load_vocabulary(Path(request["folder"]),
+                                             stop_token_ids=tuple(request["stop_token_ids"] or ()) or None,
+                                             size=request.get("size"))
                 # The parent caches outcomes; xgrammar's own cache would only grow here.
                 compilers[request["vocab"]] = new_compiler(vocabulary, threads=threads, cache=False)
                 reply = {"ok": True, "vocab_size": vocabulary.size}

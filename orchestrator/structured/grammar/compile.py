@@ -34,13 +34,9 @@ def tokenizer_info(vocabulary: Vocabulary) -> xgr.TokenizerInfo:
     """TokenizerInfo as TensorRT-LLM builds it: vocabulary type and prefix space detected from the tokenizer
     JSON, the logits width as vocab_size, the model's end tokens as stop tokens."""
     metadata = xgr.TokenizerInfo._detect_metadata_from_hf(vocabulary.tokenizer_json)
-    return xgr.TokenizerInfo(
-        list(vocabulary.encoded),
-        metadata["vocab_type"],
-        vocab_size=vocabulary.size,
-        stop_token_ids=list(vocabulary.stop_token_ids),
-        add_prefix_space=metadata["add_prefix_space"],
-    )
+    return xgr.TokenizerInfo(list(vocabulary.encoded), metadata["vocab_type"], vocab_size=vocabulary.size,
+                             stop_token_ids=list(vocabulary.stop_token_ids),
+                             add_prefix_space=metadata["add_prefix_space"])
 
 
 def new_compiler(
@@ -48,12 +44,8 @@ def new_compiler(
 ) -> xgr.GrammarCompiler:
     """A compiler over `vocabulary`; with `cache`, compiled grammars are kept up to `cache_limit_bytes`
     (-1: no limit)."""
-    return xgr.GrammarCompiler(
-        tokenizer_info(vocabulary),
-        max_threads=threads,
-        cache_enabled=cache,
-        cache_limit_bytes=cache_limit_bytes,
-    )
+    return xgr.GrammarCompiler(tokenizer_info(vocabulary), max_threads=threads, cache_enabled=cache,
+                               cache_limit_bytes=cache_limit_bytes)
 
 
 def compile_guide(compiler: xgr.GrammarCompiler, kind: str, text: str) -> xgr.CompiledGrammar:

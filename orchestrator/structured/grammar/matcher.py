@@ -123,9 +123,7 @@ class GuidedBatchMasker:
         if masked:
             width = min(logits.size(1), self.vocab_size)
             if logits.device.type == "cpu":
-                xgr.apply_token_bitmask_inplace(
-                    logits, self._bitmask, vocab_size=width, indices=masked
-                )
+                xgr.apply_token_bitmask_inplace(logits, self._bitmask, vocab_size=width, indices=masked)
             else:  # a pure-torch unpacking: xgrammar's GPU kernel needs triton, which workers need not have
                 _apply_with_torch(logits, self._bitmask.to(logits.device), masked, width)
         if logits.size(1) > self.vocab_size:
