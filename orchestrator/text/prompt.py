@@ -6,6 +6,7 @@ the request takes a permit; the per-token work (detokenising, stop strings) happ
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -54,7 +55,6 @@ class PromptEncoder:
         self.tokenizer.no_truncation()  # a prompt too long is refused with a 400 (engine_requests.py), never cut
         self.tokenizer.no_padding()
         self.segments = SegmentCache(self.tokenizer)
-        self.pieces = PieceCache(self.tokenizer)
         self._around = _specials_around(self.tokenizer)
         config_path = folder / "tokenizer_config.json"
         config = json.loads(config_path.read_text()) if config_path.is_file() else {}
@@ -66,6 +66,11 @@ class PromptEncoder:
             template = config.get("chat_template")
             self.chat_template = template if isinstance(template, str) else None
         self.literal_specials = LiteralSpecials(self.tokenizer)
+
+    @functools.cached_property
+    def pieces(self) -> PieceCache:
+        """Made at first use (~0.1 s: it reads the tokenizer's configuration and checks itself against it)."""
+        return PieceCache(self.tokenizer)
 
     def render_chat(
         self,
