@@ -31,13 +31,14 @@ CAPACITY_PIECES = 1 << 14  # pieces kept per key; a key's full set is dropped an
 SCOPES = 32  # keys whose pieces are kept; the least recently used goes first
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 _ASCII_CLASSES = {r"\p{L}": "A-Za-z", r"\p{N}": "0-9"}
+_ASCII_ESCAPES = set("sSdDwWrntfv")  # mean on ASCII text what they mean to the tokenizer's regex engine
 _SAME_ON_ASCII = {None, "NFC", "NFKC", "NFD", "NFKD"}  # normalisers that leave ASCII as it is
 _CHECKS = ("".join(map(chr, range(128))), "It's 12345 o'clock,  I'LL\tsay: \"x\"\r\n\n  y  ", " a  b\n \n\t 7e-3 ")
 
 
 def ascii_regex(pattern: str) -> re.Pattern:
-    """The tokenizer's regex (Oniguruma's syntax) as Python's, for ASCII text; ValueError for a Unicode class it
-    does not know."""
+    """The tokenizer's regex (Oniguruma's syntax) as Python's, for ASCII text; ValueError for a Unicode class or an
+    escape it does not know, or a construct Python's re does not take."""
     out, in_class, at = [], False, 0
     while at < len(pattern):
         if pattern.startswith(r"\p{", at):
@@ -48,10 +49,15 @@ def ascii_regex(pattern: str) -> re.Pattern:
             at += len(name)
             continue
         step = 2 if pattern[at] == "\\" else 1
+        if step == 2 and pattern[at + 1 : at + 2].isalnum() and pattern[at + 1] not in _ASCII_ESCAPES:
+            raise ValueError(f"the escape \\{pattern[at + 1]} may mean another thing in Python's re")
         in_class = (in_class or pattern[at] == "[") and not (in_class and pattern[at] == "]")
         out.append(pattern[at : at + step])
         at += step
-    return re.compile("".join(out), re.ASCII)
+    try:
+        return re.compile("".join(out), re.ASCII)
+    except re.error as exc:
+        raise ValueError(f"Python's re does not take it: {exc}") from None
 
 
 def _split_pattern(config: dict) -> str:

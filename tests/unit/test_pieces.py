@@ -81,6 +81,9 @@ def test_a_pattern_with_a_class_it_does_not_know_is_left_to_the_tokenizer(embedd
     other.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\p{Lu}+|\s+"), "isolated"),
                                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     assert "no ASCII twin" in PieceCache(other).problem
+    for pattern in (r"\P{L}+", r"a\z", r"(?<name>a)"):  # an escape or a construct that differs, or is not Python's
+        with pytest.raises(ValueError):
+            ascii_regex(pattern)
     assert ascii_regex(LLAMA3_SPLIT).pattern.startswith("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\nA-Za-z0-9]?[A-Za-z]+")
 
 
