@@ -23,7 +23,7 @@ from collections import OrderedDict
 
 from tokenizers import Tokenizer
 
-from orchestrator.text.byte_level import _bytes_to_chars
+from orchestrator.text.byte_level import CHAR_BYTES
 from orchestrator.text.segments import current_scope
 
 MAX_CHARS = 8192  # longer texts go to the tokenizer, which releases the GIL
@@ -81,7 +81,7 @@ class PieceCache:
 
     def __init__(self, tokenizer: Tokenizer):
         self._model = tokenizer.model
-        self._chars = str.maketrans({chr(b): c for b, c in _bytes_to_chars().items() if b < 128})
+        self._chars = str.maketrans({chr(byte): char for char, byte in CHAR_BYTES.items() if byte < 128})
         added = tokenizer.get_added_tokens_decoder()
         self._added = {t.content: i for i, t in added.items()}
         self._scopes: OrderedDict[str, dict[str, tuple[int, ...]]] = OrderedDict()
@@ -94,7 +94,8 @@ class PieceCache:
             self._cut = re.compile("(" + ("|".join(map(re.escape, spellings)) or "(?!)") + ")").split
             self.problem = None
             checks = (*_CHECKS, " x".join(["", *list(self._added)[:16], "\n"]))
-            if wrong := [text for text in checks if self._ids(text, {}) != tokenizer.encode(text, add_special_tokens=False).ids]:
+            own = [tokenizer.encode(text, add_special_tokens=False).ids for text in checks]
+            if wrong := [text for text, ids in zip(checks, own, strict=True) if self._ids(text, {}) != ids]:
                 self.problem = f"its own ids differ for {wrong[0][:40]!r}"
         except ValueError as exc:
             self.problem = str(exc)

@@ -47,12 +47,18 @@ class DirectStream:
             if not self.attached:
                 self.held = text
                 return None
-            return self.rest(request_id, self.write(orjson.dumps(text)) if text else b"")
+            return self._rest(request_id, self.write(orjson.dumps(text)) if text else b"")
         row[ROW_TEXT], row[ROW_NUM_TOKENS] = self.held + row[ROW_TEXT], row[ROW_NUM_TOKENS] + self.unreported
         self.close()
         return row
 
-    def rest(self, request_id: str, tail: bytes) -> list | None:
+    def pass_token(self, request_id: str, body: bytes) -> list | None:
+        """`pass_on` for the usual token of an attached stream with nothing held (SequenceOutput.json): its text,
+        already a JSON string, is written with no row made."""
+        self.unreported += 1
+        return self._rest(request_id, self.write(body))
+
+    def _rest(self, request_id: str, tail: bytes) -> list | None:
         """After a write (`write`'s answer, `tail`): None where the chunk went whole; else the row that hands the
         stream back to the server with the bytes left."""
         if not tail:

@@ -205,8 +205,7 @@ class Worker:
                     continue  # ended here already (a stop string, a repeated call): its late words are not needed
                 direct = output.direct
                 if direct is not None and direct.attached and not direct.held and (body := output.json(delta)):
-                    direct.unreported += 1  # the usual token: written with no row made
-                    row = direct.rest(output.request_id, direct.write(body))
+                    row = direct.pass_token(output.request_id, body)  # the usual token: no row made
                 else:
                     row = output.row(delta)
                     if row is None:

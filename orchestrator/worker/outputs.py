@@ -37,8 +37,8 @@ class SequenceOutput:
     `channels` (requests that parse tool calls or thinking), each step's text is split into content, reasoning and
     tool calls, and special tokens stay in the text the parsers read (a format's call marker may be one)."""
 
-    __slots__ = ("_channels", "_detokenizer", "_json", "_json_for", "_min_tokens", "_plain", "_stops", "_texts", "direct", "generated",
-                 "request_id", "sent", "stopped")
+    __slots__ = ("_channels", "_detokenizer", "_json_pieces", "_min_tokens", "_plain", "_stops", "_texts", "direct",
+                 "generated", "request_id", "sent", "stopped")
 
     def __init__(self, request: EngineRequest, tokenizer: Tokenizer, texts: TokenTexts,
                  channels: OutputChannels | None = None, pieces: ByteLevelPieces | None = None):
@@ -50,7 +50,7 @@ class SequenceOutput:
         self._channels = channels
         self._min_tokens = request.min_tokens
         self._plain = not request.stop and channels is None and not request.logprobs  # text is all there is
-        self._json, self._json_for = (pieces.jsons, pieces.json) if self._plain and pieces else (None, None)
+        self._json_pieces = pieces if self._plain else None  # where a token's text may go out as it is (`json`)
         self.generated = 0
         self.stopped = False
         self.sent = 0  # rows sent to the server
@@ -71,10 +71,10 @@ class SequenceOutput:
         """The delta's text as a JSON string where it is one token of plain text in the middle of the answer, whose
         bytes are whole characters, with nothing held back (ByteLevelPieces.json): an attached stream writes it as
         it is, with no row made. None: `row` is needed."""
-        if self._json is None or delta.finish is not None or delta.cached_tokens is not None or \
+        if self._json_pieces is None or delta.finish is not None or delta.cached_tokens is not None or \
                 len(ids := delta.token_ids) != 1 or self._detokenizer.held:
             return None
-        if body := self._json.get(ids[0]) or self._json_for(ids[0]):
+        if body := self._json_pieces.json(ids[0]):
             self.generated += 1
             return body
         return None

@@ -93,6 +93,17 @@ def chunks(data: bytes) -> list[bytes]:
     return out
 
 
+def drained(sock: socket.socket) -> bytes:
+    """Everything waiting in `sock`, without waiting for more."""
+    sock.setblocking(False)
+    received = b""
+    while True:
+        try:
+            received += sock.recv(1 << 20)
+        except BlockingIOError:
+            return received
+
+
 def test_an_attached_stream_writes_its_text_and_sends_only_the_finish_with_every_token_counted(
         tokenizer, worker, handoff, client):
     ours, theirs = client
@@ -193,18 +204,13 @@ def test_a_chunk_the_socket_does_not_take_whole_goes_back_as_the_rows_tail(token
     handed_back, after = rows[1], rows[2]
     assert handed_back.text == "" and handed_back.tail and handed_back.num_tokens == steps * len(word)
     assert after.text == " after" and after.tail is None and worker._live["r"].direct is None
-    ours.setblocking(False)
-    received = b""
-    while True:
-        try:
-            received += ours.recv(1 << 20)
-        except BlockingIOError:
-            break
+    received = drained(ours)
     whole = received + handed_back.tail.encode("latin-1")  # what the client got, then what the server writes next
     assert chunks(whole) == [f'{PREFIX}"{" " + "x" * 200}"{SUFFIX}'.encode()] * steps
 
 
-def test_token_by_token_the_chunks_hold_whole_characters_and_together_the_whole_text(tokenizer, worker, handoff, client):
+def test_token_by_token_the_chunks_hold_whole_characters_and_together_the_whole_text(
+        tokenizer, worker, handoff, client):
     """One token per step, as engines deliver them: characters cut across tokens, a special token, characters
     JSON must escape, and a lone lead byte that no token completes. Each chunk is whole characters (a cut one waits
     for the token that completes it, a broken one is U+FFFD), the chunks together are the text of every token, and
@@ -241,11 +247,5 @@ def test_a_single_token_chunk_the_socket_does_not_take_whole_goes_back_as_the_ro
         assert steps < 100_000
     handed_back = worker._channel.rows()[1]
     assert handed_back.tail and handed_back.num_tokens == steps and worker._live["r"].direct is None
-    ours.setblocking(False)
-    received = b""
-    while True:
-        try:
-            received += ours.recv(1 << 20)
-        except BlockingIOError:
-            break
+    received = drained(ours)
     assert chunks(received + handed_back.tail.encode("latin-1")) == [f'{PREFIX}" hello"{SUFFIX}'.encode()] * steps
