@@ -8,6 +8,9 @@ once per request), where the tokenizer releases the GIL (text/prompt.py), while 
 A thread hop costs ~20 µs of CPU of its own (a wake-up, a future chained back to the loop), but tokenising
 inline holds every stream: 128 new requests of 128-token prompts arriving together (a closed loop's wave) held
 the loop ~20 ms at 2 KiB inline, and ITL p99 rose from 27 to 36 ms, so the default stays at 512 bytes.
+Except a body the prompt pieces serve (all ASCII, no escape, up to `pieces.MAX_CHARS` bytes): its prompt is
+tokenised by Python, holding the GIL (text/pieces.py, ~1 µs per token), which a thread would not make
+parallel, so it stays inline (the hop and the threads' wake-ups cost a 128-token prompt's request ~140 µs).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from orchestrator.api.http import validate
 from orchestrator.api.record import record_of
 from orchestrator.api.state import STATE
 from orchestrator.errors import PayloadTooLarge, RequestTimeout, UnsupportedMediaType
+from orchestrator.text.pieces import MAX_CHARS
 
 JSON = "application/json"
 T = TypeVar("T")
@@ -54,7 +58,9 @@ async def read_json(http: web.Request, most_bytes: int | None = None) -> bytes:
     if len(body) > limits.max_body_bytes:  # a chunked body, which came without a Content-Length
         raise PayloadTooLarge(f"the request body has {len(body)} bytes; this route accepts at most "
                               f"{limits.max_body_bytes}")
-    record_of(http).body_bytes = len(body)
+    record = record_of(http)
+    record.body_bytes = len(body)
+    record.body_pieces = len(body) <= MAX_CHARS and body.isascii() and b"\\u" not in body
     return body
 
 
@@ -64,7 +70,9 @@ async def parse(http: web.Request, wire_type: type[BaseModel]) -> BaseModel:
 
 
 async def off_loop(http: web.Request, work: Callable[..., T], *args) -> T:
-    """`work(*args)` inline for a small body, on a thread for one larger than `http.inline_body_bytes`."""
-    if record_of(http).body_bytes > http.app[STATE].config.http.inline_body_bytes:
+    """`work(*args)` inline for a small body or one the prompt pieces serve, on a thread for one larger than
+    `http.inline_body_bytes`."""
+    record = record_of(http)
+    if record.body_bytes > http.app[STATE].config.http.inline_body_bytes and not record.body_pieces:
         return await asyncio.to_thread(work, *args)
     return work(*args)

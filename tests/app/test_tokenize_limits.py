@@ -90,16 +90,21 @@ def test_big_bodies_are_tokenized_and_detokenized_off_the_event_loop(catalogue, 
 
     async def go():
         async with running_app(catalogue, "--http.inline-body-bytes", "64") as app:
-            small = await app.client.post("/tokenize", json={"model": app.model, "prompt": "hi"})
+            # small, or an ASCII body of up to 8 KiB (its prompt goes piece by piece, in Python): on the loop
+            small = [await app.client.post("/tokenize", json={"model": app.model, "prompt": prompt})
+                     for prompt in ("hi", "word " * 1500)]
             inline = {name: set(seen) for name, seen in threads.items()}
             threads.clear()
             big = [await app.client.post("/tokenize", json={"model": app.model, "prompt": "word " * 2000,
                                                             "return_token_strs": True}),
-                   await app.client.post("/detokenize", json={"model": app.model, "tokens": [42] * 2000})]
-            return threading.get_ident(), small.status, inline, [r.status for r in big]
+                   await app.client.post("/tokenize", json={"model": app.model, "prompt": "wörd " * 100}),
+                   await app.client.post("/tokenize", data=f'{{"model": "{app.model}", "prompt": "{"wörd " * 100}"}}',
+                                         headers={"Content-Type": "application/json"}),
+                   await app.client.post("/detokenize", json={"model": app.model, "tokens": [42] * 3000})]
+            return threading.get_ident(), [r.status for r in small], inline, [r.status for r in big]
 
     loop_thread, small, inline, big = asyncio.run(go())
-    assert small == 200 and big == [200, 200]
+    assert small == [200, 200] and big == [200, 200, 200, 200]
     assert inline == {"_tokens": {loop_thread}, "_answer": {loop_thread}}
     assert set(threads) == {"_tokens", "_answer", "_detokenized"}
     assert all(loop_thread not in seen for seen in threads.values())
