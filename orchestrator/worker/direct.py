@@ -25,11 +25,13 @@ _FLAGS = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL  # the socket's blocking mode
 
 
 class DirectStream:
-    __slots__ = ("_prefix", "_sock", "_suffix", "attached", "ended", "held", "unreported")
+    __slots__ = ("_around", "_prefix", "_send", "_sock", "_suffix", "attached", "ended", "held", "unreported")
 
     def __init__(self, fd: int, prefix: str, suffix: str):
         self._sock = socket.socket(fileno=fd)
+        self._send = self._sock.send
         self._prefix, self._suffix = prefix.encode(), suffix.encode()
+        self._around = len(self._prefix) + len(self._suffix)
         self.unreported = 0  # tokens written or held here that no row sent to the server has counted yet
         self.attached = False  # the server has written every row sent (Attach.seen): text is written here
         self.held = ""  # text held back while offered, until the server answers (Attach)
@@ -56,7 +58,7 @@ class DirectStream:
         """`pass_on` for the usual token of an attached stream with nothing held (SequenceOutput.json): its text,
         already a JSON string, is written with no row made."""
         self.unreported += 1
-        return self._rest(request_id, self.write(body))
+        return None if not (tail := self.write(body)) else self._rest(request_id, tail)
 
     def _rest(self, request_id: str, tail: bytes) -> list | None:
         """After a write (`write`'s answer, `tail`): None where the chunk went whole; else the row that hands the
@@ -80,10 +82,9 @@ class DirectStream:
     def write(self, body: bytes) -> bytes:
         """Write the chunk whose text is `body` (a JSON string); the bytes the socket did not take (b"" when all
         went)."""
-        framed = b"%x\r\n%b%b%b\r\n" % (len(self._prefix) + len(body) + len(self._suffix), self._prefix, body,
-                                      self._suffix)
+        framed = b"%x\r\n%b%b%b\r\n" % (self._around + len(body), self._prefix, body, self._suffix)
         try:
-            sent = self._sock.send(framed, _FLAGS)
+            sent = self._send(framed, _FLAGS)
         except OSError:  # full (BlockingIOError) or gone: the server finds out which
             sent = 0
         return framed[sent:]
