@@ -123,8 +123,9 @@ class HttpConfig(_Section):
     max_body_bytes: int = Field(4 * 2**20, ge=1024, description="largest request body accepted (413 beyond it)")
     inline_body_bytes: int = Field(
         512, ge=0, description="bodies up to this size are parsed and tokenised on the event loop, larger ones "
-        "on a thread, so that one big prompt never holds up other requests (except ASCII bodies up to 8 KiB, "
-        "whose prompts are tokenised piece by piece in Python, which a thread would not make parallel)",
+        "on a thread, so that one big prompt never holds up other requests (except an ASCII body up to 8 KiB "
+        "whose prompt the model's tokenizer takes piece by piece, in Python, which a thread would not make "
+        "parallel)",
     )
     body_timeout_s: float = Field(60.0, gt=0, description="the whole request body must arrive within this (408)")
     header_timeout_s: float = Field(

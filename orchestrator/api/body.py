@@ -8,9 +8,10 @@ once per request), where the tokenizer releases the GIL (text/prompt.py), while 
 A thread hop costs ~20 µs of CPU of its own (a wake-up, a future chained back to the loop), but tokenising
 inline holds every stream: 128 new requests of 128-token prompts arriving together (a closed loop's wave) held
 the loop ~20 ms at 2 KiB inline, and ITL p99 rose from 27 to 36 ms, so the default stays at 512 bytes.
-Except a body the prompt pieces serve (all ASCII, no escape, up to `pieces.MAX_CHARS` bytes): its prompt is
-tokenised by Python, holding the GIL (text/pieces.py, ~1 µs per token), which a thread would not make
-parallel, so it stays inline (the hop and the threads' wake-ups cost a 128-token prompt's request ~140 µs).
+Except a body whose prompt the model's tokenizer takes piece by piece (all ASCII, no escape, up to
+`pieces.MAX_CHARS` bytes): that is Python holding the GIL (text/pieces.py, ~1 µs per token), which a thread
+would not make parallel, so it stays inline (the hop and the threads' wake-ups cost a 128-token prompt's
+request ~140 µs).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from orchestrator.api.record import record_of
 from orchestrator.api.state import STATE
 from orchestrator.errors import PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 from orchestrator.text.pieces import MAX_CHARS
+from orchestrator.text.prompt import PromptEncoder
 
 JSON = "application/json"
 T = TypeVar("T")
@@ -69,10 +71,12 @@ async def parse(http: web.Request, wire_type: type[BaseModel]) -> BaseModel:
     return validate(await read_json(http), wire_type)
 
 
-async def off_loop(http: web.Request, work: Callable[..., T], *args) -> T:
-    """`work(*args)` inline for a small body or one the prompt pieces serve, on a thread for one larger than
-    `http.inline_body_bytes`."""
+async def off_loop(http: web.Request, work: Callable[..., T], *args,
+                   prompts: PromptEncoder | None = None) -> T:
+    """`work(*args)` inline for a small body, or one whose prompt `prompts` (the tokenizer `work` uses for it)
+    takes piece by piece; on a thread for one larger than `http.inline_body_bytes`."""
     record = record_of(http)
-    if record.body_bytes > http.app[STATE].config.http.inline_body_bytes and not record.body_pieces:
+    pieces = record.body_pieces and prompts is not None and prompts.by_pieces
+    if record.body_bytes > http.app[STATE].config.http.inline_body_bytes and not pieces:
         return await asyncio.to_thread(work, *args)
     return work(*args)

@@ -82,7 +82,8 @@ async def prepare_generation(http: web.Request, wire: FrontDoorRequest, id_prefi
     priority = request_priority(wire.service_tier, model.settings.priority_class, caller.priority)
     admit_caller(http, wire.choices_asked)
     request = await off_loop(http, _checked_inference_request, wire, model.engine, record.body_bytes, id_prefix,
-                             priority.in_engine, model.settings.max_tokens, record.caller)
+                             priority.in_engine, model.settings.max_tokens, record.caller,
+                             prompts=model.engine.prompts)
     record.inference = request
     if record.limiter is not None:
         most = sum(choice.engine_request.max_new_tokens for choice in request.choices)

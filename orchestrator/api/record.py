@@ -25,7 +25,7 @@ class RequestRecord:
     id: str = field(default_factory=new_request_id)
     arrived: float = field(default_factory=time.monotonic)
     body_bytes: int = 0  # the size of the JSON body read, which decides where its prompt is tokenised
-    body_pieces: bool = False  # ...and whether its prompt is tokenised piece by piece (api/body.py: off_loop)
+    body_pieces: bool = False  # ...and whether its prompt may go piece by piece (api/body.py: off_loop)
     caller: KeyPolicy | None = None  # set by the auth middleware
     model: str | None = None  # the model the request named, once it was allowed to see it
     generation: bool = False  # a chat or text completion: metered per key

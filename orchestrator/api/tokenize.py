@@ -94,7 +94,7 @@ async def tokenize(http: web.Request) -> web.Response:
             f"this model's maximum prompt length is {engine.manifest.limits.max_input_len} tokens (at most {most} "
             f"characters), but the prompt has {len(wire.prompt)} characters", param="prompt")
     admit_caller(http)
-    tokens = await off_loop(http, _tokens, engine, wire)
+    tokens = await off_loop(http, _tokens, engine, wire, prompts=engine.prompts)
     return await off_loop(http, _answer, engine, tokens, wire.return_token_strs)
 
 

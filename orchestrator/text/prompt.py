@@ -72,6 +72,11 @@ class PromptEncoder:
         """Made at first use (~0.1 s: it reads the tokenizer's configuration and checks itself against it)."""
         return PieceCache(self.tokenizer)
 
+    @property
+    def by_pieces(self) -> bool:
+        """ASCII prompts up to pieces.MAX_CHARS go piece by piece, in Python (False until pieces are made)."""
+        return "pieces" in self.__dict__ and self.pieces.problem is None
+
     def render_chat(
         self,
         messages: list[dict],

@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.access.keys import hash_key
 from orchestrator.api import tokenize as tokenize_module
+from orchestrator.text.prompt import PromptEncoder
 from tests.app.harness import running_app
 
 HI = [{"role": "user", "content": "Say hello."}]
@@ -90,7 +91,7 @@ def test_big_bodies_are_tokenized_and_detokenized_off_the_event_loop(catalogue, 
 
     async def go():
         async with running_app(catalogue, "--http.inline-body-bytes", "64") as app:
-            # small, or an ASCII body of up to 8 KiB (its prompt goes piece by piece, in Python): on the loop
+            # small, or an ASCII body of up to 8 KiB whose prompt goes piece by piece (in Python): on the loop
             small = [await app.client.post("/tokenize", json={"model": app.model, "prompt": prompt})
                      for prompt in ("hi", "word " * 1500)]
             inline = {name: set(seen) for name, seen in threads.items()}
@@ -105,9 +106,17 @@ def test_big_bodies_are_tokenized_and_detokenized_off_the_event_loop(catalogue, 
 
     loop_thread, small, inline, big = asyncio.run(go())
     assert small == [200, 200] and big == [200, 200, 200, 200]
-    assert inline == {"_tokens": {loop_thread}, "_answer": {loop_thread}}
+    assert inline["_tokens"] == {loop_thread}
+    assert loop_thread in inline["_answer"] and len(inline["_answer"]) == 2  # token strings: not piece by piece
     assert set(threads) == {"_tokens", "_answer", "_detokenized"}
     assert all(loop_thread not in seen for seen in threads.values())
+
+    # a tokenizer that does not go piece by piece releases the GIL on a thread: an ASCII body goes there too
+    monkeypatch.setattr(PromptEncoder, "by_pieces", property(lambda self: False))
+    threads.clear()
+    loop_thread, small, inline, _ = asyncio.run(go())
+    assert small == [200, 200]
+    assert loop_thread in inline["_tokens"] and len(inline["_tokens"]) == 2
 
 
 def test_work_past_what_the_model_can_hold_is_refused_before_it_is_done(catalogue):

@@ -52,3 +52,19 @@ def test_the_special_tokens_a_tokenizer_adds_around_a_text_come_around_its_piece
             assert prompts.encode_text(text) == expected
         assert expected[0] != expected[-1] and len(expected) >= 2
     assert prompts.pieces._scopes["key"]  # the ASCII texts' pieces were found and kept
+
+
+def test_a_tokenizer_says_it_goes_piece_by_piece_once_its_pieces_are_made_and_serve(default_engine, tmp_path):
+    """What decides whether a prompt is prepared on the event loop (api/body.py: off_loop)."""
+    import json
+
+    prompts = PromptEncoder(default_engine)
+    assert not prompts.by_pieces  # not made yet: the first prompt makes them, on a thread
+    prompts.encode_text("hello there", False)
+    assert prompts.by_pieces
+    config = json.loads((default_engine / "tokenizer.json").read_text())
+    config["model"]["dropout"] = 0.1  # a shape the pieces do not serve
+    (tmp_path / "tokenizer.json").write_text(json.dumps(config))
+    other = PromptEncoder(tmp_path)
+    other.encode_text("hello there", False)
+    assert other.pieces.problem and not other.by_pieces

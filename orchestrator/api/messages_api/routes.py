@@ -24,7 +24,7 @@ async def create_message(http: web.Request) -> web.StreamResponse:
 async def count_tokens(http: web.Request) -> web.Response:
     wire = await parse(http, CountTokensRequest)
     engine = model_view(http, wire.model).engine
-    prompt = await off_loop(http, wire.prompt_ids, engine)
+    prompt = await off_loop(http, wire.prompt_ids, engine, prompts=engine.prompts)
     return json_response({"input_tokens": len(prompt)})
 
 
