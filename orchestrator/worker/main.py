@@ -116,6 +116,7 @@ class Worker:
                 return
             if self.engine_dead.is_set() or not self._handle(frame):
                 return
+            await asyncio.sleep(0)  # a step waiting to be written goes first: frames come in waves of requests
 
     def _handle(self, frame: dict) -> bool:
         """Act on one frame from the server; False once it asks to shut down. A malformed frame is logged and

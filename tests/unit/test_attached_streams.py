@@ -3,6 +3,7 @@ socket itself and sends the server only the rest, in an order the server can wri
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 
@@ -249,3 +250,37 @@ def test_a_single_token_chunk_the_socket_does_not_take_whole_goes_back_as_the_ro
     assert handed_back.tail and handed_back.num_tokens == steps and worker._live["r"].direct is None
     received = drained(ours)
     assert chunks(received + handed_back.tail.encode("latin-1")) == [f'{PREFIX}" hello"{SUFFIX}'.encode()] * steps
+
+
+def test_a_burst_of_frames_lets_a_waiting_step_go_between_them(default_engine):
+    """Frames already buffered are read without the loop turning (a wave of submits and attaches: ~100 µs each);
+    the worker yields after each, so a step handed over meanwhile is written within one frame, not after the wave."""
+    from tokenizers import Tokenizer
+
+    from orchestrator.backends.protocol import BackendStats
+    from orchestrator.ipc.channel import Channel
+    from orchestrator.ipc.messages import Shutdown, StatsQuery
+    from orchestrator.worker.main import Worker
+
+    order: list[str] = []
+
+    class Engine:
+        def stats(self) -> BackendStats:
+            if not order:  # the engine's thread hands a step over while the first frame is handled
+                asyncio.get_running_loop().call_soon(order.append, "step")
+            order.append("frame")
+            return BackendStats(0, 0, 1, 1, 0, 16, 0)
+
+    async def go():
+        server_end, worker_end = socket.socketpair()
+        server, channel = await Channel.open(server_end), await Channel.open(worker_end)
+        tokenizer = Tokenizer.from_file(str(default_engine / "tokenizer.json"))
+        worker = Worker(channel, Engine(), tokenizer, tokenizer.get_vocab_size(with_added_tokens=True))
+        for seq in range(3):
+            server.send(StatsQuery(seq).to_wire())
+        server.send(Shutdown().to_wire())
+        await asyncio.sleep(0.1)  # all four frames wait in the worker's socket
+        await asyncio.wait_for(worker.serve(), 10)
+
+    asyncio.run(go())
+    assert order == ["frame", "step", "frame", "frame"]
