@@ -1,5 +1,6 @@
 """Load shapes: closed loop (a fixed number of requests in flight) and open loop (requests sent at
-scheduled arrival times, whatever is still running). Both time the level and the client's own CPU."""
+scheduled arrival times, whatever is still running). Both time the level, the client's own CPU and how late its
+event loop runs (a stalled client reads every stream late: its gaps are not the server's)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from orchestrator.bench.record import RequestTiming
 
 Send = Callable[[object], Awaitable[RequestTiming]]
+LAG_TICK_S = 0.005  # the client's loop is timed by a timer of this period
 
 
 @dataclass
@@ -21,6 +23,15 @@ class LevelRun:
     send_lag_s: list[float] = field(default_factory=list)  # open loop: how late each request went out
     max_in_flight: int = 0
     stopped: str = "all requests sent"
+    loop_lag_s: list[float] = field(default_factory=list)  # how late each LAG_TICK_S timer ran: the client's stalls
+
+
+async def _time_the_loop(lags: list[float]) -> None:
+    """Until cancelled: how late this event loop wakes a timer, each LAG_TICK_S."""
+    while True:
+        start = time.perf_counter()
+        await asyncio.sleep(LAG_TICK_S)
+        lags.append(max(0.0, time.perf_counter() - start - LAG_TICK_S))
 
 
 async def run_closed(send: Send, prepared: list, concurrency: int, duration_s: float | None = None) -> LevelRun:
@@ -30,6 +41,8 @@ async def run_closed(send: Send, prepared: list, concurrency: int, duration_s: f
         raise ValueError(f"--concurrency must be at least 1 (got {concurrency})")
     pending = iter(prepared)
     records: list[RequestTiming] = []
+    lags: list[float] = []
+    timer = asyncio.create_task(_time_the_loop(lags))
     cpu0, started = time.thread_time(), time.perf_counter()
     deadline = None if duration_s is None else started + duration_s
     timed_out = False
@@ -42,9 +55,12 @@ async def run_closed(send: Send, prepared: list, concurrency: int, duration_s: f
                 return
             records.append(await send(item))
 
-    await asyncio.gather(*(loop() for _ in range(concurrency)))
+    try:
+        await asyncio.gather(*(loop() for _ in range(concurrency)))
+    finally:
+        timer.cancel()
     wall, cpu = time.perf_counter() - started, time.thread_time() - cpu0
-    run = LevelRun(records, wall, cpu, max_in_flight=min(concurrency, len(records)))
+    run = LevelRun(records, wall, cpu, max_in_flight=min(concurrency, len(records)), loop_lag_s=lags)
     if duration_s is not None:
         run.stopped = "duration reached" if timed_out else "request budget used up before the duration (--max-requests)"
     return run
@@ -64,6 +80,8 @@ async def run_open(send: Send, prepared: list, arrivals: list[float]) -> LevelRu
         finally:
             in_flight -= 1
 
+    loop_lags: list[float] = []
+    timer = asyncio.create_task(_time_the_loop(loop_lags))
     cpu0, started = time.thread_time(), time.perf_counter()
     for item, at in zip(prepared, arrivals, strict=True):
         delay = started + at - time.perf_counter()
@@ -75,6 +93,9 @@ async def run_open(send: Send, prepared: list, arrivals: list[float]) -> LevelRu
         task = asyncio.create_task(one(item))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
-    await asyncio.gather(*tasks)
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        timer.cancel()
     wall, cpu = time.perf_counter() - started, time.thread_time() - cpu0
-    return LevelRun(records, wall, cpu, lags, peak)
+    return LevelRun(records, wall, cpu, lags, peak, loop_lag_s=loop_lags)

@@ -14,6 +14,7 @@ from orchestrator.bench.prompts import PromptMaker, prompts_for
 from orchestrator.bench.report import header, now, ratios
 from orchestrator.bench.senders import HttpSender, RequestShape
 from orchestrator.bench.series import CpuProbe, run_levels, warm_up
+from orchestrator.bench.summary import client_stalls
 from orchestrator.bench.targets import Target, connect, start_inferno
 from orchestrator.bench.workload import ModelMix, RequestSpec
 
@@ -120,6 +121,7 @@ async def run_bench(
         report["ratios"] += ratios(main_rows, baseline_rows, baseline.name)
         rows += baseline_rows
     report["rows"] = rows
+    notes += [note for row in rows if (note := client_stalls(row))]
     report["errors"] = sum(row["errors"] for row in rows)
     if report["errors"]:
         notes.append(f"{report['errors']} requests failed: see error_messages in the rows")

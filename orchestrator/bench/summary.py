@@ -7,6 +7,8 @@ from collections import Counter
 from orchestrator.bench.load import LevelRun
 from orchestrator.bench.stats import Slo, distribution
 
+STALL_S = 0.010  # the client's loop running this late or later is a stall: every stream's chunk waits that long
+
 
 def _rounded(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
@@ -42,7 +44,10 @@ def summarise(run: LevelRun, load: dict, slo: Slo) -> dict:
         "client": {"cpu_s": _rounded(run.client_cpu_s, 4),
                    "cpu_us_per_chunk": _rounded(run.client_cpu_s * 1e6 / events if events else None, 2),
                    "events": events, "max_in_flight": run.max_in_flight,
-                   "send_lag_s": distribution(run.send_lag_s) if run.send_lag_s else None},
+                   "send_lag_s": distribution(run.send_lag_s) if run.send_lag_s else None,
+                   "loop_lag_s": distribution(run.loop_lag_s),
+                   "stalled_fraction": _rounded(sum(lag for lag in run.loop_lag_s if lag >= STALL_S) / wall
+                                                if wall else None, 4)},
     }
     if slo.as_dict() != Slo().as_dict():
         met = sum(1 for r in run.records if slo.met_by(r))
@@ -50,3 +55,15 @@ def summarise(run: LevelRun, load: dict, slo: Slo) -> dict:
                           "req_s": _rounded(met / wall if wall else None, 3),
                           "fraction": _rounded(met / len(run.records) if run.records else None, 4)}
     return row
+
+
+def client_stalls(row: dict) -> str | None:
+    """A note where the client's event loop was stalled (STALL_S late or more) for 1% of the level or more:
+    chunks arriving then are read late, so at that share its own stalls can make the ITL p99 it measured."""
+    stalled, itl = row.get("client", {}).get("stalled_fraction"), row.get("itl_s", {}).get("p99")
+    if not stalled or stalled < 0.01 or itl is None:
+        return None
+    (key, value), = row["load"].items()
+    return (f"{row['series']} at {key} {value}: the client's event loop was stalled {stalled:.1%} of the time "
+            f"(its timer {STALL_S * 1e3:.0f} ms late or more); at that share its own stalls can make the ITL p99 "
+            f"of {itl * 1e3:.1f} ms (a client on the server's cores, or one process reading too many streams)")

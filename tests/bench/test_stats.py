@@ -77,3 +77,28 @@ def test_summary_falls_back_to_chunks_when_the_server_sends_no_usage():
     assert row["output_tokens"] == 2
     assert row["output_tokens_from"] == "chunks (no usage sent)"
     assert "goodput" not in row
+
+
+def test_a_client_whose_loop_stalls_measures_it_and_says_so():
+    """The level times its own event loop: a client that blocks it (here 60 ms once, in a 0.2 s level) reads every
+    stream late, and the row says how much of the time it was stalled, with a note once that is 1% or more."""
+    import asyncio
+    import time
+
+    from orchestrator.bench.load import run_closed
+    from orchestrator.bench.summary import client_stalls
+
+    async def send(blocks: bool) -> RequestTiming:
+        sent = time.perf_counter()
+        await asyncio.sleep(0.1)
+        if blocks:
+            time.sleep(0.06)
+        return _record(sent, [sent + 0.05, sent + 0.1], sent + 0.1, tokens=2)
+
+    run = asyncio.run(run_closed(send, [True, False], 1))
+    assert max(run.loop_lag_s) >= 0.05 and len(run.loop_lag_s) >= 20
+    stalled = summarise(run, {"concurrency": 1}, Slo())
+    assert stalled["client"]["stalled_fraction"] >= 0.2
+    assert "stalled" in client_stalls(stalled | {"series": "http"})
+    calm = summarise(asyncio.run(run_closed(send, [False, False], 1)), {"concurrency": 1}, Slo())
+    assert calm["client"]["stalled_fraction"] < 0.01 and client_stalls(calm | {"series": "http"}) is None
