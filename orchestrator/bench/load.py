@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from orchestrator.bench.record import RequestTiming
@@ -26,12 +27,22 @@ class LevelRun:
     loop_lag_s: list[float] = field(default_factory=list)  # how late each LAG_TICK_S timer ran: the client's stalls
 
 
-async def _time_the_loop(lags: list[float]) -> None:
-    """Until cancelled: how late this event loop wakes a timer, each LAG_TICK_S."""
-    while True:
-        start = time.perf_counter()
-        await asyncio.sleep(LAG_TICK_S)
-        lags.append(max(0.0, time.perf_counter() - start - LAG_TICK_S))
+@contextmanager
+def _loop_timed() -> Iterator[list[float]]:
+    """While inside: how late this event loop wakes a timer, each LAG_TICK_S (the list, filled as it runs)."""
+    lags: list[float] = []
+
+    async def tick() -> None:
+        while True:
+            start = time.perf_counter()
+            await asyncio.sleep(LAG_TICK_S)
+            lags.append(max(0.0, time.perf_counter() - start - LAG_TICK_S))
+
+    timer = asyncio.create_task(tick())
+    try:
+        yield lags
+    finally:
+        timer.cancel()
 
 
 async def run_closed(send: Send, prepared: list, concurrency: int, duration_s: float | None = None) -> LevelRun:
@@ -41,8 +52,6 @@ async def run_closed(send: Send, prepared: list, concurrency: int, duration_s: f
         raise ValueError(f"--concurrency must be at least 1 (got {concurrency})")
     pending = iter(prepared)
     records: list[RequestTiming] = []
-    lags: list[float] = []
-    timer = asyncio.create_task(_time_the_loop(lags))
     cpu0, started = time.thread_time(), time.perf_counter()
     deadline = None if duration_s is None else started + duration_s
     timed_out = False
@@ -55,10 +64,8 @@ async def run_closed(send: Send, prepared: list, concurrency: int, duration_s: f
                 return
             records.append(await send(item))
 
-    try:
+    with _loop_timed() as lags:
         await asyncio.gather(*(loop() for _ in range(concurrency)))
-    finally:
-        timer.cancel()
     wall, cpu = time.perf_counter() - started, time.thread_time() - cpu0
     run = LevelRun(records, wall, cpu, max_in_flight=min(concurrency, len(records)), loop_lag_s=lags)
     if duration_s is not None:
@@ -80,22 +87,18 @@ async def run_open(send: Send, prepared: list, arrivals: list[float]) -> LevelRu
         finally:
             in_flight -= 1
 
-    loop_lags: list[float] = []
-    timer = asyncio.create_task(_time_the_loop(loop_lags))
     cpu0, started = time.thread_time(), time.perf_counter()
-    for item, at in zip(prepared, arrivals, strict=True):
-        delay = started + at - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        lags.append(max(0.0, time.perf_counter() - started - at))
-        in_flight += 1
-        peak = max(peak, in_flight)
-        task = asyncio.create_task(one(item))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    try:
+    with _loop_timed() as loop_lags:
+        for item, at in zip(prepared, arrivals, strict=True):
+            delay = started + at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            lags.append(max(0.0, time.perf_counter() - started - at))
+            in_flight += 1
+            peak = max(peak, in_flight)
+            task = asyncio.create_task(one(item))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
         await asyncio.gather(*tasks)
-    finally:
-        timer.cancel()
     wall, cpu = time.perf_counter() - started, time.thread_time() - cpu0
     return LevelRun(records, wall, cpu, lags, peak, loop_lag_s=loop_lags)

@@ -8,6 +8,7 @@ from orchestrator.bench.load import LevelRun
 from orchestrator.bench.stats import Slo, distribution
 
 STALL_S = 0.010  # the client's loop running this late or later is a stall: every stream's chunk waits that long
+STALLED_NOTE = 0.01  # stalled this share of a level (as many chunks as a p99 counts), the row gets a note
 
 
 def _rounded(value: float | None, digits: int = 3) -> float | None:
@@ -58,10 +59,10 @@ def summarise(run: LevelRun, load: dict, slo: Slo) -> dict:
 
 
 def client_stalls(row: dict) -> str | None:
-    """A note where the client's event loop was stalled (STALL_S late or more) for 1% of the level or more:
+    """A note where the client's event loop was stalled (STALL_S late or more) for STALLED_NOTE of the level:
     chunks arriving then are read late, so at that share its own stalls can make the ITL p99 it measured."""
     stalled, itl = row.get("client", {}).get("stalled_fraction"), row.get("itl_s", {}).get("p99")
-    if not stalled or stalled < 0.01 or itl is None:
+    if not stalled or stalled < STALLED_NOTE or itl is None:
         return None
     (key, value), = row["load"].items()
     return (f"{row['series']} at {key} {value}: the client's event loop was stalled {stalled:.1%} of the time "

@@ -58,7 +58,7 @@ class DirectStream:
         """`pass_on` for the usual token of an attached stream with nothing held (SequenceOutput.json): its text,
         already a JSON string, is written with no row made."""
         self.unreported += 1
-        return None if not (tail := self.write(body)) else self._rest(request_id, tail)
+        return self._rest(request_id, self.write(body))
 
     def _rest(self, request_id: str, tail: bytes) -> list | None:
         """After a write (`write`'s answer, `tail`): None where the chunk went whole; else the row that hands the

@@ -279,7 +279,7 @@ def test_a_burst_of_frames_lets_a_waiting_step_go_between_them(default_engine):
         for seq in range(3):
             server.send(StatsQuery(seq).to_wire())
         server.send(Shutdown().to_wire())
-        await asyncio.sleep(0.1)  # all four frames wait in the worker's socket
+        await server.drain(force=True)  # all four frames wait in the worker's socket
         await asyncio.wait_for(worker.serve(), 10)
 
     asyncio.run(go())
