@@ -1,6 +1,6 @@
 """Load shapes: closed loop (a fixed number of requests in flight) and open loop (requests sent at
-scheduled arrival times, whatever is still running). Both time the level, the client's own CPU and how late its
-event loop runs (a stalled client reads every stream late: its gaps are not the server's)."""
+scheduled arrival times, whatever is still running). Both time the level, the client's own CPU and how late
+its event loop runs (a stalled client reads every stream late: its gaps are not the server's)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class LevelRun:
     send_lag_s: list[float] = field(default_factory=list)  # open loop: how late each request went out
     max_in_flight: int = 0
     stopped: str = "all requests sent"
-    loop_lag_s: list[float] = field(default_factory=list)  # how late each LAG_TICK_S timer ran: the client's stalls
+    loop_lag_s: list[float] = field(default_factory=list)  # how late each LAG_TICK_S timer ran (client stalls)
 
 
 @contextmanager

@@ -7,7 +7,7 @@ from collections import Counter
 from orchestrator.bench.load import LevelRun
 from orchestrator.bench.stats import Slo, distribution
 
-STALL_S = 0.010  # the client's loop running this late or later is a stall: every stream's chunk waits that long
+STALL_S = 0.010  # the client's loop this late or later is a stall: every stream's chunk waits that long
 STALLED_NOTE = 0.01  # stalled this share of a level (as many chunks as a p99 counts), the row gets a note
 
 
@@ -65,6 +65,6 @@ def client_stalls(row: dict) -> str | None:
     if not stalled or stalled < STALLED_NOTE or itl is None:
         return None
     (key, value), = row["load"].items()
-    return (f"{row['series']} at {key} {value}: the client's event loop was stalled {stalled:.1%} of the time "
-            f"(its timer {STALL_S * 1e3:.0f} ms late or more); at that share its own stalls can make the ITL p99 "
-            f"of {itl * 1e3:.1f} ms (a client on the server's cores, or one process reading too many streams)")
+    return (f"{row['series']} at {key} {value}: the client's event loop was stalled {stalled:.1%} of the "
+            f"time (its timer {STALL_S * 1e3:.0f} ms late or more); at that share its own stalls can make the ITL "
+            f"p99 of {itl * 1e3:.1f} ms (a client on the server's cores, or one process reading too many streams)")
