@@ -24,7 +24,7 @@ class LevelRun:
     send_lag_s: list[float] = field(default_factory=list)  # open loop: how late each request went out
     max_in_flight: int = 0
     stopped: str = "all requests sent"
-    loop_lag_s: list[float] = field(default_factory=list)  # how late each LAG_TICK_S timer ran (client stalls)
+    loop_lag_s: list[float] = field(default_factory=list)  # how late each LAG_TICK_S timer ran
 
 
 @contextmanager

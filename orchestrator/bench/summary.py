@@ -65,6 +65,7 @@ def client_stalls(row: dict) -> str | None:
     if not stalled or stalled < STALLED_NOTE or itl is None:
         return None
     (key, value), = row["load"].items()
-    return (f"{row['series']} at {key} {value}: the client's event loop was stalled {stalled:.1%} of the "
-            f"time (its timer {STALL_S * 1e3:.0f} ms late or more); at that share its own stalls can make the ITL "
-            f"p99 of {itl * 1e3:.1f} ms (a client on the server's cores, or one process reading too many streams)")
+    return (f"{row['series']} at {key} {value}: the client's event loop was stalled {stalled:.1%} of "
+            f"the time (its timer {STALL_S * 1e3:.0f} ms late or more); at that share its own stalls can make "
+            f"the ITL p99 of {itl * 1e3:.1f} ms (a client on the server's cores, or one process reading too "
+            "many streams)")
