@@ -67,8 +67,11 @@ async def serve(config: ServerConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
     state = app[STATE]
     loading = state.initial_loads  # started with the app (its cleanup context), cancelled when it shuts down
+    # What each model's first prompt would otherwise make on the event loop, made on a thread while they load.
+    warming = asyncio.create_task(asyncio.to_thread(lambda: [e.prompts.warm() for e in catalogue.engines.values()]))
     await asyncio.wait([loading, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     if loading.done():
+        await warming
         states = ", ".join(f"{m.name} ({m.backend}, {m.state})" for m in state.scheduler.snapshot())
         aio.settle_heap()
         print(f"Inferno ready: http://{host}:{port}/v1 serving {states}", flush=True)

@@ -20,7 +20,6 @@ What the key's limiter took is settled when the request ends (accounting.py).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,7 +38,6 @@ from orchestrator.ipc.messages import ROW_REQUEST_ID, ROW_TEXT
 from orchestrator.lifecycle import InferenceRequest
 from orchestrator.scheduler import ModelView, Priority, Tenant, request_priority
 from orchestrator.text import segments
-from orchestrator.text.prompt import PromptEncoder
 
 
 class FrontDoorRequest(Protocol):
@@ -118,16 +116,10 @@ def _checked_inference_request(wire: FrontDoorRequest, engine: Engine, body_byte
                              salt=salt)
 
 
-@functools.cache
-def longest_token_chars(prompts: PromptEncoder) -> int:
-    """No token of this tokenizer stands for more characters than this (its longest vocabulary entry)."""
-    return max(len(token) for token in prompts.tokenizer.get_vocab(with_added_tokens=True))
-
-
 def most_prompt_chars(engine: Engine) -> int:
     """No prompt the model takes is longer than this, in characters: its longest prompt in tokens times the
     most characters one token stands for."""
-    return engine.manifest.limits.max_input_len * longest_token_chars(engine.prompts)
+    return engine.manifest.limits.max_input_len * engine.prompts.longest_token_chars
 
 
 def _check_prompt_chars(wire: FrontDoorRequest, engine: Engine, body_bytes: int) -> None:

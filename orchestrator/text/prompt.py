@@ -72,10 +72,20 @@ class PromptEncoder:
         """Made at first use (~0.1 s: it reads the tokenizer's configuration and checks itself against it)."""
         return PieceCache(self.tokenizer)
 
+    @functools.cached_property
+    def longest_token_chars(self) -> int:
+        """No token of this tokenizer stands for more characters than this (its longest vocabulary entry)."""
+        return max(len(token) for token in self.tokenizer.get_vocab(with_added_tokens=True))
+
     @property
     def by_pieces(self) -> bool:
         """ASCII prompts up to pieces.MAX_CHARS go piece by piece, in Python (False until pieces are made)."""
         return "pieces" in self.__dict__ and self.pieces.problem is None
+
+    def warm(self) -> None:
+        """Make what a model's first prompt would otherwise make (~0.1 s, holding the GIL): the server does it on
+        a thread while the models load, not on the event loop at their first request."""
+        self.pieces, self.longest_token_chars  # noqa: B018 (made and kept by cached_property)
 
     def render_chat(
         self,

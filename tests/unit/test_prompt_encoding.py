@@ -62,6 +62,10 @@ def test_a_tokenizer_says_it_goes_piece_by_piece_once_its_pieces_are_made_and_se
     assert not prompts.by_pieces  # not made yet: the first prompt makes them, on a thread
     prompts.encode_text("hello there", False)
     assert prompts.by_pieces
+    warmed = PromptEncoder(default_engine)
+    warmed.warm()  # what the server does on a thread while its models load (server.py)
+    assert warmed.by_pieces and "longest_token_chars" in warmed.__dict__
+    assert warmed.longest_token_chars == max(map(len, warmed.tokenizer.get_vocab(with_added_tokens=True)))
     config = json.loads((default_engine / "tokenizer.json").read_text())
     config["model"]["dropout"] = 0.1  # a shape the pieces do not serve
     (tmp_path / "tokenizer.json").write_text(json.dumps(config))
