@@ -69,7 +69,8 @@ class PromptEncoder:
 
     @functools.cached_property
     def pieces(self) -> PieceCache:
-        """Made by `warm` or at first use (~0.1 s: it reads the tokenizer's configuration and checks itself against it)."""
+        """Made by `warm` or at first use (~0.1 s: it reads the tokenizer's configuration and checks itself
+        against it)."""
         return PieceCache(self.tokenizer)
 
     @functools.cached_property
