@@ -91,6 +91,7 @@ class InferenceRequest:
     fast_path: Callable[[Choice, str], bool] | None = None
     on_held: Callable[[], None] | None = None  # takes the worker's held row (TextDelta.held) without queueing it
     keeps_output: bool = False  # collect each choice's output on it (a whole response; an agent API's stream)
+    attachable: bool = True  # the worker may write its text to the client unseen here (not where audited)
     rows: int = 0  # rows delivered so far (an attach says how many it has seen)
     worker: WorkerHandle | None = None  # the worker running it, once leased
     _by_engine_id: dict[str, Choice] = field(default_factory=dict)

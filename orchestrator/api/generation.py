@@ -214,7 +214,8 @@ class _EventStream:
         engine = request.choices[0].engine_request
         plain = len(request.choices) == 1 and not (continuous_usage or engine.logprobs or engine.tool_calls
                                                    or engine.reasoning)
-        self.offering = plain and request.worker is not None  # the socket is yet to be offered
+        # The socket is yet to be offered (to the worker running it, where the audit does not keep its text).
+        self.offering = plain and request.worker is not None and request.attachable
         self.answering = False  # the worker holds the text back until this stream has written what came before
 
     async def open(self) -> None:

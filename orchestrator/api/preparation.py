@@ -148,3 +148,4 @@ def _keep_text(record: RequestRecord, wire: FrontDoorRequest, request: Inference
         deliver(row)
 
     request.deliver = deliver_and_keep  # the sink the generation path hands the worker
+    request.attachable = False  # every row must come here to be kept: its worker writes none to the client
