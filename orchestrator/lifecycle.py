@@ -89,9 +89,9 @@ class InferenceRequest:
     events: asyncio.Queue = field(default_factory=asyncio.Queue)  # what its handler must see, in order
     # Takes a plain text row (choice, text) without waking the handler; returns False to send it to `events`.
     fast_path: Callable[[Choice, str], bool] | None = None
-    on_held: Callable[[], None] | None = None  # takes the worker's held row (TextDelta.held) without queueing it
     keeps_output: bool = False  # collect each choice's output on it (a whole response; an agent API's stream)
     attachable: bool = True  # the worker may write its text to the client unseen here (not where audited)
+    attached: bool = False  # its client's socket went to its worker with the submit (api/generation.py)
     rows: int = 0  # rows delivered so far (an attach says how many it has seen)
     worker: WorkerHandle | None = None  # the worker running it, once leased
     _by_engine_id: dict[str, Choice] = field(default_factory=dict)
@@ -112,10 +112,7 @@ class InferenceRequest:
             if fast(choice, row[ROW_TEXT]):
                 self._count_tokens(choice, row[ROW_NUM_TOKENS])
                 return
-        delta = TextDelta.from_wire(row)
-        if delta.held and self.on_held is not None:
-            return self.on_held()  # no text, no tokens: nothing to record
-        self.events.put_nowait(delta)
+        self.events.put_nowait(TextDelta.from_wire(row))
 
     def _count_tokens(self, choice: Choice, count: int) -> None:
         if count:

@@ -20,7 +20,7 @@ from orchestrator.access.keys import ANONYMOUS
 from orchestrator.api.completions_format import Format, now
 from orchestrator.api.preparation import FrontDoorRequest, Prepared, prepare_generation
 from orchestrator.api.record import record_of
-from orchestrator.api.sse import DONE, ChunkTemplates, SseWriter, open_event_stream, sse
+from orchestrator.api.sse import DONE, ChunkTemplates, SseWriter, idle_fd, open_event_stream, sse
 from orchestrator.api.stall import watch_stalls
 from orchestrator.api.state import STATE
 from orchestrator.api.wire import _GenerationRequest
@@ -41,10 +41,12 @@ async def next_deltas(request: InferenceRequest) -> list[TextDelta]:
 
 
 @asynccontextmanager
-async def running(http: web.Request, prepared: Prepared) -> AsyncIterator[InferenceRequest]:
+async def running(http: web.Request, prepared: Prepared, offer: Callable[[], tuple[int, bytes, bytes] | None] | None
+                  = None) -> AsyncIterator[InferenceRequest]:
     """The prepared request, its grammar checked, admitted by the scheduler and submitted to a worker, for the
     body of the `async with` to read its output; the lease ends (and cancels what is still running) with it.
-    The request's metrics are observed once, whatever happened."""
+    `offer`: a stream's client socket and chunk bytes, asked for at the submit, for the worker to write its text
+    (`_EventStream.offer`). The request's metrics are observed once, whatever happened."""
     state, engine, request = http.app[STATE], prepared.model.engine, prepared.request
     http_status = 200
     try:
@@ -57,7 +59,7 @@ async def running(http: web.Request, prepared: Prepared) -> AsyncIterator[Infere
         async with state.scheduler.lease(request, prepared.priority, prepared.tenant) as worker:
             request.worker = worker
             for choice in request.choices:
-                worker.submit(choice.engine_request, request.deliver)
+                request.attached = worker.submit(choice.engine_request, request.deliver, offer and offer())
             yield request
     except InfernoError as exc:
         http_status = kind_of(exc).status
@@ -78,9 +80,11 @@ async def serve_generation(
     prepared = await prepare_generation(http, wire, id_prefix)  # the key's model and limits; the prompt
     engine = prepared.model.engine
     fmt = Format(fmt.object_name, fmt.chunk_name, fmt.chat, f"fp_{engine.manifest.build.fingerprint.split(':')[-1][:12]}")
-    async with running(http, prepared) as request:
-        if request.stream:
-            return await _stream(http, request, fmt, wire.include_usage, wire.continuous_usage)
+    stream = _EventStream(http, prepared.request, fmt, wire.include_usage, wire.continuous_usage) \
+        if prepared.request.stream else None
+    async with running(http, prepared, stream and stream.offer) as request:
+        if stream is not None:
+            return await _stream(stream)
         await collect(request)
         body = fmt.response(request, ["".join(choice.parts) for choice in request.choices], now())
         return web.Response(body=orjson.dumps(body), content_type="application/json")
@@ -195,11 +199,11 @@ def _take_text(choice: Choice, text: str) -> bool:
 
 class _EventStream:
     """One response's event stream: OpenAI's chunks, in order, over an SseWriter. Plain text rows are written by
-    `fast_text` straight from the worker reader's dispatch; everything else passes through `handle`. Once open, a
-    one-choice stream of plain text is offered to its worker once (`SseWriter.fd`, `WorkerHandle.attach`), which then
-    writes the text chunks to the client itself and sends only the rest: the finish, or a tail it could not write
-    (then this stream writes everything again). Where the worker holds the text back (TextDelta.held, `answer`),
-    this stream answers as soon as every row before that one is written: at once, or after the rows that wait."""
+    `fast_text` straight from the worker reader's dispatch; everything else passes through `handle`. A one-choice
+    stream of plain text hands its worker the client's socket with the submit (`offer`, ipc/messages.py's Submit):
+    the worker sends the first row, which this stream writes with the headers, and holds the text back until this
+    stream answers (`answer`, once nothing waits to be written); then it writes the text chunks to the client itself
+    and sends only the rest: the finish, or a tail it could not write (then this stream writes everything again)."""
 
     def __init__(self, http: web.Request, request: InferenceRequest, fmt: Format, include_usage: bool,
                  continuous_usage: bool):
@@ -212,11 +216,16 @@ class _EventStream:
             lambda index, text: fmt.chunk(request, self.created, index, text, include_usage=include_usage)
         )
         engine = request.choices[0].engine_request
-        plain = len(request.choices) == 1 and not (continuous_usage or engine.logprobs or engine.tool_calls
-                                                   or engine.reasoning)
-        # The socket is yet to be offered (to the worker running it, where the audit does not keep its text).
-        self.offering = plain and request.worker is not None and request.attachable
-        self.answering = False  # the worker holds the text back until this stream has written what came before
+        # Its worker may write it: one choice of plain text, where the audit does not keep its text.
+        self.plain = request.attachable and len(request.choices) == 1 and not (
+            continuous_usage or engine.logprobs or engine.tool_calls or engine.reasoning)
+        self.answered = False
+
+    def offer(self) -> tuple[int, bytes, bytes] | None:
+        """For the submit: the client's socket and the bytes around a chunk's text, where the worker may write this
+        stream's text (`plain`) and nothing waits to be written on the connection."""
+        fd = idle_fd(self.http.transport) if self.plain else None
+        return None if fd is None else (fd, *self.templates.parts(0))
 
     async def open(self) -> None:
         first = b"".join(
@@ -226,32 +235,23 @@ class _EventStream:
         )
         self.writer = await _open_event_stream(self.http, first)
         if not self.continuous_usage:  # usage on every chunk is rendered in full each time
-            self.request.fast_path, self.request.on_held = self.fast_text, self.answer
+            self.request.fast_path = self.fast_text
 
     def fast_text(self, choice: Choice, text: str) -> bool:
         if not text:
             return True
         prefix, suffix = self.templates.parts(choice.index)
-        written = self.writer.write_parts(prefix, orjson.dumps(text), suffix)
-        if self.offering:  # the last try found bytes waiting in the transport
-            self.attach()
-        return written
+        return self.writer.write_parts(prefix, orjson.dumps(text), suffix)
 
     def answer(self) -> None:
-        """The worker's held row came: answer now, or, where rows wait in `events`, once `_stream` has written them."""
-        self.answering = True
-        self.attach()
-
-    def attach(self) -> None:
-        """Offer the worker this stream's socket, or answer its held row, where every row it delivered is written
-        (none waits in `events`, no byte in the transport): the worker writes only rows it sends after those."""
-        if not (self.offering or self.answering) or not self.request.events.empty():
+        """Where the worker holds the text back (its socket came with the submit), answer once every row it
+        delivered is written (none waits in `events`): it writes from now on, or, where bytes wait in the
+        transport (a slow client), it sends the text back (-1) and this stream writes the rest."""
+        if self.answered or not self.request.attached or not self.request.events.empty():
             return
-        fd = self.writer.fd()
-        if fd is not None or self.answering:  # the offer, with the socket; or the answer (seen -1: a refusal)
-            handed, self.offering, self.answering = self.offering, False, False
-            self.request.worker.attach(self.request.choices[0].engine_request.id, fd if handed else None,
-                                       *self.templates.parts(0), self.request.rows if fd is not None else -1)
+        self.answered = True
+        seen = self.request.rows if self.writer.fd() is not None else -1
+        self.request.worker.attach(self.request.choices[0].engine_request.id, seen)
 
     def chunk(self, choice: Choice, delta: TextDelta) -> bytes:
         chunk = self.fmt.chunk(
@@ -288,12 +288,10 @@ class _EventStream:
         return False
 
 
-async def _stream(
-    http: web.Request, request: InferenceRequest, fmt: Format, include_usage: bool, continuous_usage: bool
-) -> web.StreamResponse:
+async def _stream(stream: _EventStream) -> web.StreamResponse:
     """SSE as OpenAI sends it. Headers go out with the first output, so an error before any token is still
     a plain JSON error with its status; after that, an error is an SSE error event."""
-    stream = _EventStream(http, request, fmt, include_usage, continuous_usage)
+    request = stream.request
     while True:
         deltas = await next_deltas(request)
         if stream.writer is None:
@@ -303,4 +301,4 @@ async def _stream(
             await stream.open()
         if await stream.handle(deltas):
             return stream.writer.response
-        stream.attach()
+        stream.answer()

@@ -23,6 +23,13 @@ def sse(payload: dict) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
+def idle_fd(transport) -> int | None:
+    """The connection's socket descriptor, for another process to write chunks to, where nothing is left to write
+    here (None: bytes wait in the transport, or the client has gone)."""
+    idle = transport is not None and not transport.is_closing() and not transport.get_write_buffer_size()
+    return transport.get_extra_info("socket").fileno() if idle else None
+
+
 class ChunkTemplates:
     """Per choice, the bytes of a plain text chunk around its text."""
 
@@ -102,11 +109,7 @@ class SseWriter:
         return True
 
     def fd(self) -> int | None:
-        """The socket's descriptor, for another process to write chunks to, where nothing is left to write here
-        (None: bytes wait in the transport, or the client has gone)."""
-        transport = self._transport
-        idle = transport is not None and not transport.is_closing() and not transport.get_write_buffer_size()
-        return transport.get_extra_info("socket").fileno() if idle else None
+        return idle_fd(self._transport)
 
     def _writable(self, transport) -> bool:
         return transport is not None and not transport.is_closing() and (

@@ -10,9 +10,9 @@ for a frame that is not exactly that message: a missing or unknown field, or a v
     load      server -> worker   LoadSpec      engine_dir, kv_cache_bytes, backend, options, weights_kept
     ready     worker -> server   WorkerReady   pid, rss_bytes, load (LoadReport's fields)
     failed    worker -> server   LoadFailed    error (errors.to_wire)   the load failed; the worker exits
-    submit    server -> worker   Submit        request (EngineRequest.to_wire)
+    submit    server -> worker   Submit        request (EngineRequest.to_wire), attach (ipc/handoff.py)
     cancel    server -> worker   Cancel        id
-    attach    server -> worker   Attach        request_id, seen, prefix, suffix, handed (ipc/handoff.py)
+    attach    server -> worker   Attach        request_id, seen         the answer to an attached first row
     stats     server -> worker   StatsQuery    seq
     stats     worker -> server   StatsReport   seq, stats (BackendStats' fields)
     step      worker -> server   Step          outputs: one TextDelta row per request with news
@@ -188,23 +188,31 @@ class LoadFailed:
 # -- requests ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Submit:
-    """Start an engine request (one choice)."""
+    """Start an engine request (one choice). With `attach`, the bytes before and after a chunk's text as JSON (an
+    event of its stream), the client's socket came over the handoff (ipc/handoff.py) just before this frame: the
+    worker sends the request's first row as usual (the server writes the headers and it), then holds its plain text
+    back until the server answers (Attach), and from then on writes that text to the client itself."""
 
     KIND: ClassVar[FrameKind] = FrameKind.SUBMIT
     request: EngineRequest
+    attach: tuple[str, str] | None = None
 
     def to_wire(self) -> dict:
-        return {"kind": self.KIND, "request": self.request.to_wire()}
+        wire = {"kind": self.KIND, "request": self.request.to_wire()}
+        return wire if self.attach is None else wire | {"attach": list(self.attach)}
 
     @classmethod
     def from_wire(cls, frame: dict) -> Submit:
         _framed(cls.KIND, frame)
-        wire = _checked(frame, cls.KIND, {"request": (dict,)})["request"]
+        checked = _checked(frame, cls.KIND, {"request": (dict,), "attach": (list, type(None))})
+        wire, attach = checked["request"], checked.get("attach")
         request_id = wire.get("id")
         if not isinstance(request_id, str):
             raise MalformedFrame(f"a 'submit' frame's request needs a string 'id' (got {request_id!r:.80})")
+        if attach is not None and not (len(attach) == 2 and all(type(part) is str for part in attach)):
+            raise MalformedFrame(f"a 'submit' frame's attach is [prefix, suffix] (got {attach!r:.80})", request_id)
         try:
-            return cls(EngineRequest.from_wire(wire))
+            return cls(EngineRequest.from_wire(wire), None if attach is None else tuple(attach))
         except (KeyError, TypeError, ValueError) as exc:
             raise MalformedFrame(f"a 'submit' frame's request is malformed: {exc!r}", request_id) from None
 
@@ -227,30 +235,26 @@ class Cancel:
 
 @dataclass(frozen=True, slots=True)
 class Attach:
-    """Write this request's plain text chunks to its client yourself, from the socket handed over for it
-    (ipc/handoff.py; `handed`: with this frame, else with an earlier one), where `prefix` + the text as JSON +
-    `suffix` is a chunk's event. Taken at once where the worker has sent exactly `seen` rows for it (the server has
-    written them all). Else rows were on their way: the worker holds the text back and sends a row that says so
-    (TextDelta.held), and the server, once it has written that row, answers with a second Attach (not `handed`)
-    that has seen every row, or with `seen` -1, a refusal (bytes wait in its socket buffer): the held text comes
-    back as a row and the server writes the rest. Once taken, rows of plain text are written, not sent: the next
-    row sent counts their tokens, and one whose chunk could not be written whole (a full or closed socket) carries
-    the rest as its `tail`; the server writes every row from then on."""
+    """The server's answer to the first row of a request submitted with `attach`: it has written `seen` rows and
+    nothing waits in its socket buffer. Where the worker has sent exactly `seen` rows, it writes the plain text it
+    held back, and every later one, to the client itself; with `seen` -1, a refusal (bytes wait for a slow client),
+    the held text goes back as a row, the socket is let go, and the server writes the rest. Once attached, rows of
+    plain text are written, not sent: the next row sent counts their tokens, and one whose chunk could not be
+    written whole (a full or closed socket) carries the rest as its `tail`; the server writes every row from then
+    on."""
 
     KIND: ClassVar[FrameKind] = FrameKind.ATTACH
     request_id: str
     seen: int
-    prefix: str
-    suffix: str
-    handed: bool
 
-    def to_wire(self) -> dict:  # field by field: asdict deep-copies, most of an offer's cost
-        return {"kind": self.KIND} | {name: getattr(self, name) for name in self.__slots__}
+    def to_wire(self) -> dict:
+        return {"kind": self.KIND, "request_id": self.request_id, "seen": self.seen}
 
     @classmethod
     def from_wire(cls, frame: dict) -> Attach:
         _framed(cls.KIND, frame)
-        return cls(**{k: v for k, v in _checked(frame, cls.KIND, _field_types(cls)).items() if k != "kind"})
+        checked = _checked(frame, cls.KIND, _field_types(cls))
+        return cls(checked["request_id"], checked["seen"])
 
 
 class _Signal:
@@ -345,7 +349,6 @@ class TextDelta:
     reasoning: str | None = None  # new thinking text (reasoning models), apart from the answer's text
     tool_calls: list | None = None  # OpenAI's delta.tool_calls entries: id, type and name once, then arguments
     tail: str | None = None  # an attached stream's bytes the worker could not write (as latin-1), to write first
-    held: bool | None = None  # the worker holds an offered stream's text back until the server answers (Attach)
 
     @classmethod
     def failure(cls, request_id: str, error: InfernoError) -> TextDelta:
@@ -376,7 +379,7 @@ class TextDelta:
         return delta
 
 
-_EXTRAS = ("logprobs", "cached_tokens", "reasoning", "tool_calls", "tail", "held")
+_EXTRAS = ("logprobs", "cached_tokens", "reasoning", "tool_calls", "tail")
 _EXTRA_TYPES = {name: types for name, types in _field_types(TextDelta).items() if name in _EXTRAS}
 
 

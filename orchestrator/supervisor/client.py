@@ -106,15 +106,17 @@ class WorkerClient:
             if not isinstance(message, Idle):
                 raise MalformedFrame(f"a '{message.KIND}' frame came before the load's answer")
 
-    def submit(self, request: EngineRequest, sink: Sink) -> None:
+    def submit(self, request: EngineRequest, sink: Sink, attach: tuple[int, bytes, bytes] | None = None) -> bool:
         if not self.alive:
             raise WorkerCrashed(f"the worker for model '{self.model}' is gone")
         self._sinks[request.id] = sink
+        handed = attach is not None and self._handoff is not None and self._handoff.give(request.id, attach[0])
         try:
-            self._channel.send(Submit(request).to_wire())
+            self._channel.send(Submit(request, (attach[1].decode(), attach[2].decode()) if handed else None).to_wire())
         except ChannelClosed:
             self._sinks.pop(request.id, None)
             raise WorkerCrashed(f"the worker for model '{self.model}' is gone") from None
+        return handed
 
     def cancel(self, request_id: str) -> None:
         """Stop a request in the engine; no more deltas reach its sink."""
@@ -122,14 +124,10 @@ class WorkerClient:
             with contextlib.suppress(ChannelClosed):
                 self._channel.send(Cancel(request_id).to_wire())
 
-    def attach(self, request_id: str, fd: int | None, prefix: bytes, suffix: bytes, seen: int) -> bool:
-        if not (self.alive and request_id in self._sinks and self._handoff):
-            return False
-        if fd is None or self._handoff.give(request_id, fd):
+    def attach(self, request_id: str, seen: int) -> None:
+        if self.alive and request_id in self._sinks:
             with contextlib.suppress(ChannelClosed):
-                self._channel.send(Attach(request_id, seen, prefix.decode(), suffix.decode(), fd is not None).to_wire())
-                return True
-        return False
+                self._channel.send(Attach(request_id, seen).to_wire())
 
     async def stats(self, timeout_s: float = 1.0) -> BackendStats | None:
         """The engine's stats snapshot, or None if the worker does not answer in time."""

@@ -32,20 +32,20 @@ class WorkerHandle(Protocol):
         """Load the engine; raises ModelUnavailable (or a subclass) if it cannot within timeout_s."""
         ...
 
-    def submit(self, request: EngineRequest, sink: Sink) -> None:
+    def submit(self, request: EngineRequest, sink: Sink, attach: tuple[int, bytes, bytes] | None = None) -> bool:
         """Start a request; its deltas go to `sink`, the last one with a finish reason (an error included).
-        Raises WorkerCrashed if the worker is gone."""
+        Raises WorkerCrashed if the worker is gone. `attach`: the client's socket and the bytes around a chunk's
+        text as JSON, for the worker to write the request's plain text chunks itself after its first row, once
+        the server answers (`attach`; ipc/messages.py's Submit). True where the socket went over."""
         ...
 
     def cancel(self, request_id: str) -> None:
         """Stop a request in the engine; no more deltas reach its sink."""
         ...
 
-    def attach(self, request_id: str, fd: int | None, prefix: bytes, suffix: bytes, seen: int) -> bool:
-        """Offer the worker the client's socket `fd` (None: the one offered before) to write the request's plain
-        text chunks itself (prefix + the text as JSON + suffix, framed), if it has sent `seen` rows: every one the
-        server has written (ipc/messages.py's Attach). True if the offer went out; if rows keep coming, it was not
-        taken."""
+    def attach(self, request_id: str, seen: int) -> None:
+        """Answer the first row of a request whose socket went with its submit: the server has written `seen`
+        rows and nothing waits in its socket buffer (-1: bytes wait; the server writes the rest itself)."""
         ...
 
     async def stats(self, timeout_s: float) -> BackendStats | None:

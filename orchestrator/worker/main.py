@@ -131,7 +131,7 @@ class Worker:
         if type(message) is Attach:
             self._attach(message)
         elif type(message) is Submit:
-            self._submit(message.request)
+            self._submit(message.request, message.attach)
         elif type(message) is Cancel:
             self._cancel(message.request_id)
         elif type(message) is StatsQuery:
@@ -146,15 +146,23 @@ class Worker:
             log.error("the server sent a '%s' frame to a loaded worker; ignoring it", message.KIND)
         return True
 
-    def _submit(self, request: EngineRequest) -> None:
-        """Check the request and hand it to the backend; a refusal fails that request alone."""
+    def _submit(self, request: EngineRequest, attach: tuple[str, str] | None = None) -> None:
+        """Check the request and hand it to the backend; a refusal fails that request alone. With `attach`, its
+        client's socket is waiting in the handoff: the worker writes the stream's plain text (DirectStream)."""
+        fd = self._handoff.take(request.id) if attach is not None and self._handoff is not None else None
         try:
             check_request(request, self._vocab_size)
-            self._live[request.id] = SequenceOutput(request, self._tokenizer, self._texts, self._channels(request),
-                                                      self._pieces)
+            output = SequenceOutput(request, self._tokenizer, self._texts, self._channels(request), self._pieces)
+            if fd is not None:
+                output.direct, fd = DirectStream(fd, *attach), None
+            self._live[request.id] = output
             self._backend.submit(request)  # its engine thread may deliver at once
         except Exception as exc:
-            self._live.pop(request.id, None)
+            if fd is not None:
+                os.close(fd)
+            output = self._live.pop(request.id, None)
+            if output is not None and output.direct is not None:
+                output.direct.close()
             error = exc if isinstance(exc, InfernoError) else EngineError(f"the engine refused the request: {exc}")
             if not isinstance(exc, InfernoError):
                 log.exception("submitting request %s failed", request.id)
@@ -171,25 +179,18 @@ class Worker:
         return OutputChannels(request, fmt, self._chat_format.reasoning_format)
 
     def _attach(self, message: Attach) -> None:
-        """Write the request's plain text to the socket handed over for it: at once where no row of it is on its
-        way, else once the server has written the row that says its text is held (see Attach)."""
-        fd = self._handoff.take(message.request_id) if message.handed and self._handoff is not None else None
+        """The server's answer to an attached stream's first row (see Attach): from now on its plain text is
+        written to the client here, or, refused, the stream goes back to the server."""
         with self._stepping:
-            output, row = self._live.get(message.request_id), None
-            if output is not None and fd is not None and output.direct is None:  # the offer
-                output.direct, fd = DirectStream(fd, message.prefix, message.suffix), None
-                output.direct.attached = output.sent == message.seen
-                if not output.direct.attached:
-                    row = TextDelta(output.request_id, "", 0, held=True).to_wire()
-            elif output is not None and output.direct is not None and not message.handed:  # the answer
-                row = output.direct.answer(output.request_id, output.sent == message.seen)
-                if output.direct.ended:
-                    output.direct = None
+            output = self._live.get(message.request_id)
+            if output is None or output.direct is None:
+                return  # ended here already, its socket let go
+            row = output.direct.answer(output.request_id, output.sent == message.seen)
+            if output.direct.ended:
+                output.direct = None
             if row is not None:
                 output.sent += 1
                 self._send([row])
-        if fd is not None:
-            os.close(fd)
 
     def _cancel(self, request_id: str) -> None:
         if request_id in self._live:

@@ -231,20 +231,18 @@ def test_the_audit_log_holds_text_only_when_told(catalogue, keys_flags, tmp_path
     async def go():
         async with running_app(catalogue, *keys_flags, "--audit.file", str(audit_file), "--audit.include-text") as app:
             await answered(app, "sk-insider", text="Hello there")
-            # A stream its worker would write itself (an attach): the text it writes would never be seen here.
-            offers = []
+            # A stream its worker would write itself (its socket with the submit): that text would not be seen here.
+            app.workers.take_sockets = True
             streaming = asyncio.create_task(chat(app, "sk-insider", stream=True))
             worker, request = await app.workers.next_submit()
-            worker.attach = lambda request_id, fd, *_: offers.append(fd) or True
             for text in ("Hello", " there", ", again"):
                 worker.emit(request.id, text, tokens=1)
-                await asyncio.sleep(0.05)  # each row written before the next: a socket to offer
             worker.emit(request.id, "", tokens=0, finish=FinishReason.STOP)
             await (await streaming).read()
-            return offers
+            return worker.sockets
 
-    offers = asyncio.run(go())
+    handed = asyncio.run(go())
     lines = [orjson.loads(line) for line in audit_file.read_text().splitlines()]
     assert [line["prompt"] for line in lines] == [[{"role": "user", "content": "Say hello."}]] * 2
     assert [line["completions"] for line in lines] == [["Hello there"], ["Hello there, again"]]
-    assert offers == []  # never offered: the worker would write its text unseen
+    assert handed == {}  # never handed over: the worker would write its text unseen

@@ -166,29 +166,21 @@ def test_a_worker_gone_before_the_request_is_a_503(catalogue):
 
 
 def test_a_stream_its_worker_writes_and_hands_back_mid_chunk_reaches_the_client_whole(catalogue):
-    """The app's half of an attached stream (ipc/messages.py's Attach): it offers the connection's socket once every
-    row delivered is written; chunks the worker then writes to the socket itself, and the rest of a chunk it hands
-    back (a row's tail), reach the client in order before what the app writes next, with every token counted; after
-    a tail the app writes everything and offers no more."""
+    """The app's half of an attached stream (ipc/messages.py's Submit and Attach): the connection's socket goes with
+    the submit; the app writes the headers and the first row, then answers, having seen that row. Chunks the worker
+    then writes to the socket itself, and the rest of a chunk it hands back (a row's tail), reach the client in
+    order before what the app writes next, with every token counted; the app answers once."""
     async def go():
         async with running_app(catalogue) as app:
-            offers = []
-
-            def attach(request_id, fd, prefix, suffix, seen):
-                offers.append((request_id, None if fd is None else os.dup(fd), prefix, suffix, seen))
-                return True
-
+            app.workers.take_sockets = True
             body = chat(app.model, stream_options={"include_usage": True})
             responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=body))
             worker, request = await app.workers.next_submit()
-            worker.attach = attach
+            fd, prefix, suffix = worker.sockets[request.id]
             worker.emit(request.id, "Hello", tokens=1)
             response = await responding
-            async with asyncio.timeout(10):  # the offer follows the first row's write
-                while not offers:
-                    await asyncio.sleep(0.01)
-            request_id, fd, prefix, suffix, seen = offers[0]
-            assert (request_id, seen) == (request.id, 1) and fd is not None
+            await until(lambda: worker.answers)
+            assert worker.answers == [(request.id, 1)]
 
             def framed(text: str) -> bytes:
                 data = prefix + json.dumps(text).encode() + suffix
@@ -201,13 +193,13 @@ def test_a_stream_its_worker_writes_and_hands_back_mid_chunk_reaches_the_client_
             worker.sinks[request.id](TextDelta(request.id, "", 2, tail=third[7:].decode("latin-1")).to_wire())
             worker.emit(request.id, "!", tokens=1)
             worker.emit(request.id, "", tokens=0, finish=FinishReason.STOP)
-            return await response.read(), len(offers)
+            return await response.read(), worker.answers
 
-    raw, offered = asyncio.run(go())
+    raw, answers = asyncio.run(go())
     chunks = sse_events(raw)[:-1]
     assert [c["choices"][0]["delta"].get("content") for c in chunks[1:-1]] == [
         "Hello", ", wor", "ld", "!", None]
-    assert chunks[-1]["usage"]["completion_tokens"] == 4 and offered == 1
+    assert chunks[-1]["usage"]["completion_tokens"] == 4 and len(answers) == 1
 
 
 async def until(condition, timeout_s: float = 10) -> None:
@@ -216,78 +208,48 @@ async def until(condition, timeout_s: float = 10) -> None:
             await asyncio.sleep(0.01)
 
 
-async def offered_stream(app, offers: list):
-    """A stream whose worker records each offer and answer as (socket handed, seen) in `offers`, once its first
-    row ("Hello") is written and the socket offered: (worker, engine request, response)."""
-    responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
-    worker, request = await app.workers.next_submit()
-    worker.attach = lambda request_id, fd, prefix, suffix, seen: offers.append((fd is not None, seen)) or True
-    worker.emit(request.id, "Hello", tokens=1)
-    response = await responding
-    await until(lambda: offers)
-    return worker, request, response
-
-
-def test_a_stream_whose_worker_holds_its_text_back_is_answered_once_every_row_before_is_written(catalogue):
-    """A row was on its way when the app offered the socket: the worker holds the text back and says so in a row
-    (TextDelta.held). The app writes what came before it and answers once, having seen every row, the held one
-    too; it offers nothing else."""
-    async def go():
-        async with running_app(catalogue) as app:
-            offers = []
-            worker, request, response = await offered_stream(app, offers)
-            worker.emit(request.id, " there", tokens=1)  # on its way when the offer came
-            worker.sinks[request.id](TextDelta(request.id, "", 0, held=True).to_wire())
-            await until(lambda: len(offers) > 1)
-            worker.emit(request.id, "!", tokens=1, finish=FinishReason.STOP)
-            return await response.read(), offers
-
-    raw, offers = asyncio.run(go())
-    assert [c["choices"][0]["delta"].get("content") for c in sse_events(raw)[1:-1]] == ["Hello", " there", "!"]
-    assert offers == [(True, 1), (False, 3)]
-
-
-def test_a_held_stream_is_refused_while_bytes_wait_for_a_slow_client_and_the_app_writes_the_rest(catalogue):
-    """The held row comes while the client reads nothing and a large chunk still waits in the app's transport: the
-    app refuses (seen -1) instead of letting the worker write past those bytes, and writes everything itself."""
+def test_a_first_row_that_waits_for_a_slow_client_is_answered_with_a_refusal_and_the_app_writes_the_rest(catalogue):
+    """The first row is a large chunk and the client reads nothing: bytes wait in the app's transport, so the app
+    refuses (seen -1) instead of letting the worker write past them; the worker sends the text it held back as a
+    row, and the app writes everything in order."""
     big = "x" * (16 << 20)  # more than the kernel's socket buffers on both ends hold
 
     async def go():
         async with running_app(catalogue) as app:
-            offers = []
-            worker, request, response = await offered_stream(app, offers)
-            worker.emit(request.id, big, tokens=1)  # on its way when the offer came; the client is not reading
-            worker.sinks[request.id](TextDelta(request.id, "", 0, held=True).to_wire())
-            await until(lambda: len(offers) > 1)
+            app.workers.take_sockets = True
+            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
+            worker, request = await app.workers.next_submit()
+            os.close(worker.sockets[request.id][0])
+            worker.emit(request.id, big, tokens=1)
+            response = await responding
+            await until(lambda: worker.answers)
             worker.emit(request.id, " and the held text", tokens=2)  # the refused hold, sent back as a row
             worker.emit(request.id, "!", tokens=1, finish=FinishReason.STOP)
-            return await response.read(), offers
+            return await response.read(), worker.answers, request.id
 
-    raw, offers = asyncio.run(go())
+    raw, answers, request_id = asyncio.run(go())
     texts = [c["choices"][0]["delta"].get("content") for c in sse_events(raw)[1:-1]]
-    assert texts == ["Hello", big, " and the held text", "!"] and offers == [(True, 1), (False, -1)]
+    assert texts == [big, " and the held text", "!"] and answers == [(request_id, -1)]
 
 
-def test_a_held_row_queued_behind_rows_for_a_slow_client_is_answered_once_they_are_written(catalogue):
-    """The client reads nothing until the held row has come: a second large chunk waits for room in `events`. The
-    held row does not answer past it; the app answers only once it is written, exactly once (having seen every row,
-    or refusing while bytes still wait), and the client gets every chunk in order."""
-    big = "y" * (16 << 20)
-
+def test_only_a_one_choice_stream_of_plain_text_hands_its_socket_to_the_worker(catalogue):
+    """n > 1, log probabilities, usage on every chunk and whole responses are written by the app: no socket goes
+    with their submits, and nothing is answered."""
     async def go():
         async with running_app(catalogue) as app:
-            offers = []
-            worker, request, response = await offered_stream(app, offers)
-            worker.emit(request.id, big, tokens=1)
-            worker.emit(request.id, big, tokens=1)  # no room: it waits, and the held row comes behind it
-            worker.sinks[request.id](TextDelta(request.id, "", 0, held=True).to_wire())
-            answered_past_it = len(offers) > 1  # the held row is taken at once, in the worker reader's dispatch
-            reading = asyncio.create_task(response.read())
-            await until(lambda: len(offers) > 1, timeout_s=30)
-            worker.emit(request.id, "!", tokens=1, finish=FinishReason.STOP)
-            return await reading, offers, answered_past_it
+            app.workers.take_sockets = True
+            bodies = [chat(app.model, n=2), chat(app.model, logprobs=True),
+                      chat(app.model, stream_options={"include_usage": True, "continuous_usage_stats": True}),
+                      chat(app.model, stream=False), chat(app.model)]
+            handed = []
+            for body in bodies:
+                responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=body))
+                for _ in range(body.get("n", 1)):
+                    worker, request = await app.workers.next_submit()
+                    worker.emit(request.id, "Hi", tokens=1, finish=FinishReason.STOP)
+                    handed.append(request.id in worker.sockets)
+                assert (await responding).status == 200
+            os.close(worker.sockets.pop(request.id)[0])
+            return handed
 
-    raw, offers, answered_past_it = asyncio.run(go())
-    texts = [c["choices"][0]["delta"].get("content") for c in sse_events(raw)[1:-1]]
-    assert texts == ["Hello", big, big, "!"] and not answered_past_it
-    assert offers[0] == (True, 1) and offers[1] in ((False, 4), (False, -1)) and len(offers) == 2
+    assert asyncio.run(go()) == [False, False, False, False, False, True]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 
 from orchestrator.backends.protocol import BackendStats, LoadReport
 from orchestrator.engine.request import EngineRequest, FinishReason
@@ -33,6 +34,8 @@ class FakeWorker:
         self.sinks: dict[str, Sink] = {}  # requests in flight
         self.submitted: list[EngineRequest] = []
         self.cancelled: list[str] = []  # ids cancelled while in flight
+        self.sockets: dict[str, tuple[int, bytes, bytes]] = {}  # a copy of each client socket taken, its chunk bytes
+        self.answers: list[tuple[str, int]] = []  # the app's answers to attached streams' first rows (id, seen)
         self.stopped = False
         self.released = False  # kept as the spare when its model was unloaded
 
@@ -55,7 +58,7 @@ class FakeWorker:
         # No memory to measure here (rss 0): the ledger keeps its estimate.
         return WorkerReady(self.pid, rss_bytes=0, load=LoadReport("fake"))
 
-    def submit(self, request: EngineRequest, sink: Sink) -> None:
+    def submit(self, request: EngineRequest, sink: Sink, attach: tuple[int, bytes, bytes] | None = None) -> bool:
         if not self.alive:
             raise WorkerCrashed(f"the worker for model '{self.model}' is gone")
         self.sinks[request.id] = sink
@@ -63,14 +66,19 @@ class FakeWorker:
         self._source.submits.put_nowait((self, request))
         if self._source.submit_error is not None:
             raise self._source.submit_error
+        if attach is None or not self._source.take_sockets:
+            return False  # no process to hand a socket to: the app writes every row
+        fd, prefix, suffix = attach
+        self.sockets[request.id] = (os.dup(fd), prefix, suffix)
+        return True
 
     def cancel(self, request_id: str) -> None:
         if self.sinks.pop(request_id, None) is not None:
             self.cancelled.append(request_id)
             self._source.cancels.put_nowait(request_id)
 
-    def attach(self, request_id: str, fd: int | None, prefix: bytes, suffix: bytes, seen: int) -> bool:
-        return False  # no process to hand a socket to: the app writes every row
+    def attach(self, request_id: str, seen: int) -> None:
+        self.answers.append((request_id, seen))
 
     async def stats(self, timeout_s: float) -> BackendStats | None:
         """A made-up KV cache of 64 blocks of 16 tokens, none in use."""
@@ -119,6 +127,7 @@ class FakeWorkers:
         self.holds: dict[str, asyncio.Event] = {}
         self.failures: dict[str, list[InfernoError]] = {}
         self.submit_error: Exception | None = None  # raised by every submit, after it is recorded
+        self.take_sockets = False  # take the client's socket a stream offers with its submit (a copy, to write to)
         self.submits: asyncio.Queue[tuple[FakeWorker, EngineRequest]] = asyncio.Queue()
         self.cancels: asyncio.Queue[str] = asyncio.Queue()
         self.calls: list[str] = []  # refill, load_finished(True), server_busy, server_quiet, stop_refilling, close

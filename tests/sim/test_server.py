@@ -85,8 +85,9 @@ def read_stream(sock: socket.socket, data: bytes = b"") -> list[dict]:
 
 
 def test_a_plain_stream_is_written_by_its_worker_and_comes_whole_to_a_client_that_pauses(server, client):
-    """Once its headers are out, a one-choice stream of plain text is attached to its worker, which writes the text
-    to the connection itself: chunks keep coming while the HTTP process is stopped. A client that then stops reading
+    """A one-choice stream of plain text goes to its worker with the client's socket; once the HTTP process has
+    written its first row, the worker writes the text to the connection itself: chunks keep coming while the HTTP
+    process is stopped. A client that then stops reading
     fills the socket (the worker hands the stream back mid-chunk where the socket's buffers cannot hold the rest) and
     reads on only once the engine has made the whole answer: the client gets every chunk whole, in order, with its
     usage."""
@@ -100,7 +101,7 @@ def test_a_plain_stream_is_written_by_its_worker_and_comes_whole_to_a_client_tha
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n%b" % (len(payload), payload))
     data = b""
-    while data.count(b"data: ") < 100:  # the server offers the stream to its worker as it writes these
+    while data.count(b"data: ") < 100:  # the server answers its worker as it writes the first
         data += sock.recv(1 << 16)
     os.kill(server.pid, signal.SIGSTOP)
     try:

@@ -1,5 +1,6 @@
-"""A stream attached to its worker (ipc/messages.py's Attach): the worker writes plain text chunks to the client's
-socket itself and sends the server only the rest, in an order the server can write after it."""
+"""A stream attached to its worker (ipc/messages.py's Submit with `attach`, and the server's answer, Attach): the
+worker writes plain text chunks to the client's socket itself and sends the server only the rest, in an order the
+server can write after it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tokenizers import Tokenizer
 
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.ipc.handoff import Handoff
-from orchestrator.ipc.messages import Attach, TextDelta, decode_from_worker
+from orchestrator.ipc.messages import Attach, Submit, TextDelta, decode_from_worker
 from orchestrator.worker.main import Worker
 
 PREFIX, SUFFIX = 'data: {"text":', "}\n\n"
@@ -61,18 +62,19 @@ def handoff():
 
 
 @pytest.fixture
-def worker(tokenizer, handoff) -> Worker:
+def worker(tokenizer, handoff, client) -> Worker:
+    """A worker running request "r", whose client's socket came with its submit, as the server sends them: the
+    socket over the handoff, then the frame."""
     worker = Worker(Frames(), Backend(), tokenizer, tokenizer.get_vocab_size(with_added_tokens=True),
                     handoff=handoff[1])
-    worker._submit(EngineRequest("r", (1,), 500))
+    assert handoff[0].give("r", client[1].fileno())
+    worker._handle(Submit(EngineRequest("r", (1,), 500), (PREFIX, SUFFIX)).to_wire())
     return worker
 
 
-def attach(worker: Worker, handoff: Handoff, sock: socket.socket | None, seen: int) -> None:
-    """Offer the worker `sock` (None: the one offered before), as the server does: the socket over the handoff,
-    then the frame."""
-    assert sock is None or handoff.give("r", sock.fileno())
-    worker._handle(Attach("r", seen, PREFIX, SUFFIX, handed=sock is not None).to_wire())
+def answer(worker: Worker, seen: int) -> None:
+    """The server's answer to the first row: it has written `seen` rows (-1: bytes wait for the client)."""
+    worker._handle(Attach("r", seen).to_wire())
 
 
 def open_fds() -> int:
@@ -106,85 +108,93 @@ def drained(sock: socket.socket) -> bytes:
 
 
 def test_an_attached_stream_writes_its_text_and_sends_only_the_finish_with_every_token_counted(
-        tokenizer, worker, handoff, client):
-    ours, theirs = client
+        tokenizer, worker, client):
+    ours, _ = client
     held = open_fds()
     words = [" Paris", " is", " lovely", " in", " spring"]
-    worker.step([TokenDelta("r", tokens(tokenizer, words[0]))])  # before the attach: a row to the server
-    attach(worker, handoff[0], theirs, seen=1)
-    assert worker._live["r"].direct.attached and open_fds() == held + 1
+    worker.step([TokenDelta("r", tokens(tokenizer, words[0]))])  # the first row: the server writes it
+    answer(worker, seen=1)
+    assert worker._live["r"].direct.attached and open_fds() == held
     for word in words[1:]:
         worker.step([TokenDelta("r", tokens(tokenizer, word))])
     worker.step([TokenDelta("r", tokens(tokenizer, "."), FinishReason.LENGTH)])
     assert [(row.text, row.num_tokens, row.finish) for row in worker._channel.rows()] == [
         (" Paris", 1, None), (".", len(words), FinishReason.LENGTH)]  # the finish counts the 4 tokens written
     assert chunks(ours.recv(65536)) == [f'{PREFIX}"{word}"{SUFFIX}'.encode() for word in words[1:]]
-    assert open_fds() == held  # the worker let its copy of the socket go with the finish
+    assert open_fds() == held - 1  # the worker let its copy of the socket go with the finish
 
 
-def test_an_offer_made_while_a_row_was_on_its_way_holds_the_text_back_until_the_server_answers(
-        tokenizer, worker, handoff, client):
-    """The server had written one row when it offered; the second was on its way. The worker keeps the socket, says
-    in a row that it holds the text back, and holds it however many steps pass; once the server has written that
-    row and answers, the held text goes out with the next, as one chunk."""
-    ours, theirs = client
+def test_the_text_after_the_first_row_is_held_until_the_server_answers_and_then_written_at_once(
+        tokenizer, worker, client):
+    """The server has not answered yet (it is writing the first row, or busy): the worker holds the text back
+    however many steps pass and sends nothing; the answer writes it as one chunk, and the next token its own."""
+    ours, _ = client
     held = open_fds()
     worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
-    worker.step([TokenDelta("r", tokens(tokenizer, " two"))])
-    attach(worker, handoff[0], theirs, seen=1)
-    assert not worker._live["r"].direct.attached and open_fds() == held + 1
     words = [f" w{i}" for i in range(40)]
     for word in words:
         worker.step([TokenDelta("r", tokens(tokenizer, word))])
-    assert [(row.text, row.num_tokens, row.held) for row in worker._channel.rows()] == [
-        (" one", 1, None), (" two", 1, None), ("", 0, True)]
-    attach(worker, handoff[0], None, seen=3)  # the server has written " two" and the held row: its answer
+    assert [(row.text, row.num_tokens) for row in worker._channel.rows()] == [(" one", 1)]
+    assert not worker._live["r"].direct.attached and drained(ours) == b""
+    answer(worker, seen=1)
+    assert chunks(drained(ours)) == [f'{PREFIX}"{"".join(words)}"{SUFFIX}'.encode()]
     worker.step([TokenDelta("r", tokens(tokenizer, " four"))])
     worker.step([TokenDelta("r", [], FinishReason.STOP)])
     counted = sum(len(tokens(tokenizer, word)) for word in [*words, " four"])
-    assert [(row.text, row.num_tokens) for row in worker._channel.rows()[3:]] == [("", counted)]
-    assert chunks(ours.recv(65536)) == [f'{PREFIX}"{"".join(words)} four"{SUFFIX}'.encode()] and open_fds() == held
+    assert [(row.text, row.num_tokens) for row in worker._channel.rows()[1:]] == [("", counted)]
+    assert chunks(drained(ours)) == [f'{PREFIX}" four"{SUFFIX}'.encode()] and open_fds() == held - 1
 
 
-def test_a_refused_answer_sends_the_held_text_back_and_the_server_writes_the_rest(tokenizer, worker, handoff, client):
-    """Bytes waited in the server's socket buffer when the held row came: it refuses (seen -1), the held text and
+def test_a_refused_answer_sends_the_held_text_back_and_the_server_writes_the_rest(tokenizer, worker, client):
+    """Bytes waited in the server's socket buffer after the first row: it refuses (seen -1), the held text and
     its tokens come back in one row, the socket is let go, and every later row goes to the server."""
-    ours, theirs = client
+    ours, _ = client
     held = open_fds()
     worker.step([TokenDelta("r", tokens(tokenizer, " zero"))])
-    worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
-    attach(worker, handoff[0], theirs, seen=1)
     worker.step([TokenDelta("r", tokens(tokenizer, " two"))])
     worker.step([TokenDelta("r", tokens(tokenizer, " three"))])
-    attach(worker, handoff[0], None, seen=-1)
+    answer(worker, seen=-1)
     worker.step([TokenDelta("r", tokens(tokenizer, " last"))])
-    assert [(row.text, row.num_tokens) for row in worker._channel.rows()[3:]] == [(" two three", 2), (" last", 1)]
-    assert worker._live["r"].direct is None and open_fds() == held
-    ours.setblocking(False)
-    with pytest.raises(BlockingIOError):
-        ours.recv(1)
+    assert [(row.text, row.num_tokens) for row in worker._channel.rows()] == [
+        (" zero", 1), (" two three", 2), (" last", 1)]
+    assert worker._live["r"].direct is None and open_fds() == held - 1 and drained(ours) == b""
 
 
-def test_a_request_that_ends_while_offered_lets_the_socket_go(tokenizer, worker, handoff, client):
-    _, theirs = client
+def test_a_request_that_ends_before_the_answer_lets_the_socket_go_and_a_late_answer_is_ignored(
+        tokenizer, worker, client):
+    ours, _ = client
     held = open_fds()
     worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
     worker.step([TokenDelta("r", tokens(tokenizer, " two"))])
-    attach(worker, handoff[0], theirs, seen=1)
     worker.step([TokenDelta("r", tokens(tokenizer, " three"), FinishReason.LENGTH)])
-    rows = worker._channel.rows()
-    assert [(row.text, row.held) for row in rows] == [(" one", None), (" two", None), ("", True), (" three", None)]
-    assert open_fds() == held
+    answer(worker, seen=1)  # on its way when the request ended
+    assert [(row.text, row.num_tokens) for row in worker._channel.rows()] == [(" one", 1), (" two three", 2)]
+    assert open_fds() == held - 1 and drained(ours) == b""
 
 
-def test_a_socket_handed_over_for_an_attach_that_never_came_is_closed_by_the_next(tokenizer, worker, handoff, client):
+def test_a_request_whose_first_row_is_its_finish_lets_the_socket_go(tokenizer, worker):
+    held = open_fds()
+    worker.step([TokenDelta("r", tokens(tokenizer, " Hi"), FinishReason.STOP)])
+    assert [(row.text, row.finish) for row in worker._channel.rows()] == [(" Hi", FinishReason.STOP)]
+    assert open_fds() == held - 1 and "r" not in worker._live
+
+
+def test_a_socket_handed_over_for_a_submit_that_never_came_is_closed_by_the_next(tokenizer, worker, handoff, client):
     _, theirs = client
     held = open_fds()
-    worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
-    assert handoff[0].give("other", theirs.fileno())  # its attach frame never arrives
-    attach(worker, handoff[0], theirs, seen=1)
-    assert worker._live["r"].direct is not None and open_fds() == held + 1
-    assert handoff[1].take("r") is None  # nothing else is waiting
+    assert handoff[0].give("other", theirs.fileno())  # its submit frame never arrives
+    assert handoff[0].give("s", theirs.fileno())
+    worker._handle(Submit(EngineRequest("s", (1,), 500), (PREFIX, SUFFIX)).to_wire())
+    assert worker._live["s"].direct is not None and open_fds() == held + 1  # "other"'s copy closed, "s"'s kept
+    assert handoff[1].take("s") is None  # nothing else is waiting
+
+
+def test_a_submit_the_worker_refuses_lets_its_socket_go(tokenizer, worker, handoff, client):
+    held = open_fds()
+    assert handoff[0].give("bad", client[1].fileno())
+    worker._handle(Submit(EngineRequest("bad", (10**9,), 500), (PREFIX, SUFFIX)).to_wire())  # a token out of range
+    assert "bad" not in worker._live and worker._channel.rows()[-1].finish is FinishReason.ERROR
+    assert open_fds() == held
 
 
 def test_a_chunk_the_socket_does_not_take_whole_goes_back_as_the_rows_tail(tokenizer, worker, handoff, client):
@@ -193,7 +203,7 @@ def test_a_chunk_the_socket_does_not_take_whole_goes_back_as_the_rows_tail(token
     ours, theirs = client
     theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     worker.step([TokenDelta("r", tokens(tokenizer, " a"))])
-    attach(worker, handoff[0], theirs, seen=1)
+    answer(worker, seen=1)
     word = tokens(tokenizer, " " + "x" * 200)
     steps = 0
     while not worker._channel.rows()[1:]:
@@ -216,13 +226,13 @@ def test_token_by_token_the_chunks_hold_whole_characters_and_together_the_whole_
     JSON must escape, and a lone lead byte that no token completes. Each chunk is whole characters (a cut one waits
     for the token that completes it, a broken one is U+FFFD), the chunks together are the text of every token, and
     the server gets only the finish, with every token counted."""
-    ours, theirs = client
+    ours, _ = client
     text = 'Café 🎉 "quoted" \\ back\nnaïve 日本語\t\x01 end 👩‍👩‍👧'
     ids = tokens(tokenizer, text)
     ids.insert(len(ids) // 2, tokenizer.token_to_id("<|im_end|>"))  # a special token: counted, no text
     ids += [tokenizer.token_to_id("ð"), *tokens(tokenizer, " after")]  # the byte 0xF0, then whole words
     worker.step([TokenDelta("r", ids[:1])])
-    attach(worker, handoff[0], theirs, seen=1)
+    answer(worker, seen=1)
     for token in ids[1:]:
         worker.step([TokenDelta("r", [token])])
     worker.step([TokenDelta("r", [], FinishReason.STOP)])
@@ -238,7 +248,7 @@ def test_a_single_token_chunk_the_socket_does_not_take_whole_goes_back_as_the_ro
     ours, theirs = client
     theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     worker.step([TokenDelta("r", tokens(tokenizer, " a"))])
-    attach(worker, handoff[0], theirs, seen=1)
+    answer(worker, seen=1)
     word = tokens(tokenizer, " hello")
     assert len(word) == 1
     steps = 0

@@ -108,9 +108,14 @@ def test_requests_cancels_stats_queries_and_shutdown_cross_unchanged(engine):
         top_logprobs=3, response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
     )
     assert request.guide is not None and request.sampling.logit_bias == ((42, -5.5),)
-    attach = Attach(request.id, 3, 'data: {"text":', "}\n\n", handed=True)
-    for message in (Submit(request), Cancel(request.id), attach, StatsQuery(17), Shutdown(), Release()):
+    attached = Submit(request, ('data: {"text":', "}\n\n"))
+    for message in (Submit(request), attached, Cancel(request.id), Attach(request.id, 3), Attach(request.id, -1),
+                    StatsQuery(17), Shutdown(), Release()):
         assert decode_to_worker(crossed(message.to_wire())) == message
+    for attach in (["data: "], "data: ", ["data: ", 1]):
+        with pytest.raises(MalformedFrame, match="attach") as refused:
+            decode_to_worker(crossed(Submit(request).to_wire() | {"attach": attach}))
+        assert refused.value.request_id == (request.id if isinstance(attach, list) else None)
 
 
 def test_the_workers_greeting_ready_report_and_stats_cross_unchanged():
@@ -170,9 +175,9 @@ GOOD_STATS = asdict(BackendStats(1, 0, 64, 60, 4, 16, 9))
     ({"kind": "stats", "seq": "7"}, "'seq' must be int (got '7')"),
     ({"kind": "stats", "seq": True}, "'seq' must be int (got True)"),
     ({"kind": "shutdown", "now": True}, "unknown field(s) now"),
-    ({"kind": "attach", "request_id": "r", "seen": 1, "prefix": "p", "suffix": "s"}, "needs 'handed'"),
-    ({"kind": "attach", "request_id": "r", "seen": "1", "prefix": "p", "suffix": "s", "handed": True},
-     "'seen' must be int (got '1')"),
+    ({"kind": "attach", "request_id": "r"}, "needs 'seen'"),
+    ({"kind": "attach", "request_id": "r", "seen": "1"}, "'seen' must be int (got '1')"),
+    ({"kind": "attach", "request_id": "r", "seen": 1, "prefix": "p"}, "unknown field(s) prefix"),
     ({"kind": "submit", "request": {"prompt_ids": [1, 2]}}, "needs a string 'id'"),
     ({"kind": "load", "engine_dir": "/e", "kv_cache_bytes": 2**26, "backend": "hf", "options": {"threads": 0}},
      "hf option threads: Input should be greater than or equal to 1"),
