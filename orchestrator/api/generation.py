@@ -29,6 +29,7 @@ from orchestrator.ipc.messages import TextDelta
 from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
 
 Event = tuple[str, dict]  # a named server-sent event: its name and its data
+Offer = Callable[[], tuple[int, bytes, bytes] | None]  # a stream's client socket and chunk bytes, for its worker
 KEEPALIVE_S = 10.0  # an agent API's stream with no output this long gets a keepalive
 
 
@@ -41,8 +42,7 @@ async def next_deltas(request: InferenceRequest) -> list[TextDelta]:
 
 
 @asynccontextmanager
-async def running(http: web.Request, prepared: Prepared, offer: Callable[[], tuple[int, bytes, bytes] | None] | None
-                  = None) -> AsyncIterator[InferenceRequest]:
+async def running(http: web.Request, prepared: Prepared, offer: Offer | None = None) -> AsyncIterator[InferenceRequest]:
     """The prepared request, its grammar checked, admitted by the scheduler and submitted to a worker, for the
     body of the `async with` to read its output; the lease ends (and cancels what is still running) with it.
     `offer`: a stream's client socket and chunk bytes, asked for at the submit, for the worker to write its text
