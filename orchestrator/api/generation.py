@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Protocol
 
 import orjson
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from orchestrator.access.keys import ANONYMOUS
 from orchestrator.api.completions_format import Format, now
@@ -216,9 +216,9 @@ class _EventStream:
             lambda index, text: fmt.chunk(request, self.created, index, text, include_usage=include_usage)
         )
         engine = request.choices[0].engine_request
-        # Its worker may write it: one choice of plain text, where the audit does not keep its text.
-        self.plain = request.attachable and len(request.choices) == 1 and not (
-            continuous_usage or engine.logprobs or engine.tool_calls or engine.reasoning)
+        # Its worker may write it: one choice of plain text, in HTTP chunks, where the audit does not keep its text.
+        self.plain = request.attachable and http.version >= HttpVersion11 and len(request.choices) == 1 and \
+            not (continuous_usage or engine.logprobs or engine.tool_calls or engine.reasoning)
         self.answered = False
 
     def offer(self) -> tuple[int, bytes, bytes] | None:

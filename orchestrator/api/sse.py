@@ -13,7 +13,7 @@ body: two writes (and system calls) per response fewer than headers, chunks and 
 from __future__ import annotations
 
 import orjson
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 DONE = b"data: [DONE]\n\n"
 _MARKER = "\x00inferno-text\x00"
@@ -64,12 +64,15 @@ class EventStreamResponse(web.StreamResponse):
 
 
 class SseWriter:
-    """Writes an open (prepared, chunked) event stream without awaiting; `drain` waits when it is congested."""
+    """Writes an open (prepared, uncompressed) event stream without awaiting; `drain` waits when it is congested.
+    Chunked over HTTP/1.1; over HTTP/1.0 (nginx's `proxy_pass` by default) the events go as they are, and the
+    connection's end ends the body."""
 
     def __init__(self, response: web.StreamResponse, http: web.Request):
-        if not response.chunked or response.compression:
-            raise ValueError("the event stream must be chunked and uncompressed")
+        if response.compression:
+            raise ValueError("the event stream must be uncompressed")
         self._response = response
+        self._chunked = response.chunked
         self._transport = http.transport
         self.handed = 0  # bytes handed to the transport so far (the stall watch reads it)
         # Congested exactly when the transport pauses its protocol, so `drain` then really waits.
@@ -93,7 +96,7 @@ class SseWriter:
         transport = self._transport
         if not self._writable(transport):
             return False
-        framed = b"%x\r\n%b\r\n" % (len(data), data)
+        framed = b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data
         self.handed += len(framed)
         transport.write(framed)
         return True
@@ -103,7 +106,8 @@ class SseWriter:
         transport = self._transport
         if not self._writable(transport):
             return False
-        framed = b"%x\r\n%b%b%b\r\n" % (len(prefix) + len(body) + len(suffix), prefix, body, suffix)
+        framed = b"%x\r\n%b%b%b\r\n" % (len(prefix) + len(body) + len(suffix), prefix, body, suffix) \
+            if self._chunked else b"%b%b%b" % (prefix, body, suffix)
         self.handed += len(framed)
         transport.write(framed)
         return True
@@ -142,7 +146,7 @@ class SseWriter:
     async def finish(self, data: bytes) -> None:
         """Send `data`, the last events, and the end of the body in one write."""
         await self._room()
-        self.handed += _framed_size(data) + 5  # and the last chunk, "0\r\n\r\n"
+        self.handed += _framed_size(data) + 5 if self._chunked else len(data)  # "0\r\n\r\n" ends a chunked one
         await self._response.write_eof(data)
 
 
@@ -151,10 +155,11 @@ async def open_event_stream(http: web.Request, first: bytes) -> SseWriter:
     response = EventStreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
-    response.enable_chunked_encoding()
+    if http.version >= HttpVersion11:
+        response.enable_chunked_encoding()
     await response.prepare(http)
     writer = SseWriter(response, http)
-    writer.handed += _framed_size(first)
+    writer.handed += _framed_size(first) if response.chunked else len(first)
     await response.write(first)  # the buffered headers go with it
     return writer
 

@@ -253,3 +253,31 @@ def test_only_a_one_choice_stream_of_plain_text_hands_its_socket_to_the_worker(c
             return handed
 
     assert asyncio.run(go()) == [False, False, False, False, False, True]
+
+
+def test_an_http_1_0_client_gets_the_stream_unchunked_to_the_connections_end(catalogue):
+    """HTTP/1.0 has no chunked encoding (nginx's `proxy_pass` speaks it by default): the events go as they are, the
+    connection's end ends the body, and the app writes every one (the worker writes chunks; no socket goes to it)."""
+    async def go():
+        async with running_app(catalogue) as app:
+            app.workers.take_sockets = True
+            body = json.dumps(chat(app.model, stream_options={"include_usage": True})).encode()
+            reader, writer = await asyncio.open_connection(app.client.host, app.client.port)
+            writer.write(b"POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
+            worker, request = await app.workers.next_submit()
+            for text in ("Hello", " there"):
+                worker.emit(request.id, text, tokens=1)
+            worker.emit(request.id, "!", tokens=1, finish=FinishReason.STOP)
+            raw = await asyncio.wait_for(reader.read(), 10)  # to the connection's end
+            writer.close()
+            return raw, worker.sockets
+
+    raw, handed = asyncio.run(go())
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower() and handed == {}
+    events = [line[6:] for line in body.split(b"\n\n") if line.startswith(b"data: ")]
+    assert events[-1] == b"[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == "Hello there!"
+    assert chunks[-1]["usage"]["completion_tokens"] == 3
