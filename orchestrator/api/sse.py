@@ -2,12 +2,13 @@
 
 Most chunks of a stream differ only in their text. `ChunkTemplates` renders each choice's chunk once, around a
 marker, and keeps the bytes before and after the marker's JSON: a text chunk is then prefix + the text as JSON +
-suffix, the same bytes the general renderer (completions_format.Format.chunk) would make. `SseWriter` writes a chunk to
-the socket synchronously, in HTTP/1.1 chunked framing (unframed over HTTP/1.0), so the worker reader's dispatch
-can stream a step's text to every client without waking one coroutine per request; it reports when the socket's
-buffer is congested (the client reads slowly) so the caller can fall back to waiting for the buffer to drain.
-`open_event_stream` sends the response's headers in one write with the first events, and `SseWriter.finish` the last events with the end of the
-body: two writes (and system calls) per response fewer than headers, chunks and end each on their own.
+suffix, the same bytes the general renderer (completions_format.Format.chunk) would make. `SseWriter` writes a
+chunk to the socket synchronously, in HTTP/1.1 chunked framing (unframed over HTTP/1.0), so the worker reader's
+dispatch can stream a step's text to every client without waking one coroutine per request; it reports when the
+socket's buffer is congested (the client reads slowly) so the caller can fall back to waiting for the buffer to
+drain. `open_event_stream` sends the response's headers in one write with the first events, and `SseWriter.finish`
+the last events with the end of the body: two writes (and system calls) per response fewer than headers, chunks and
+end each on their own.
 """
 
 from __future__ import annotations
