@@ -57,7 +57,7 @@ def measure(tokenizer: Tokenizer, streams: int, steps: int, tick_s: float, vocab
                                 sampling=SamplingParams(temperature=1.0, top_p=1.0, top_k=0, seed=index))
         output = live[request.id] = SequenceOutput(request, tokenizer, texts, None, pieces)
         output.direct = (DirectStream if send else _Unsent)(os.dup(server.fileno()), "data: " + PREFIX, SUFFIX)
-        output.direct.first, output.direct.attached = False, True  # past its first row, answered
+        output.direct.attached = True
     sent = []
     worker = SimpleNamespace(_live=live, _stepping=threading.Lock(), _send=sent.extend,
                              _backend=SimpleNamespace(cancel=lambda request_id: None))

@@ -147,7 +147,7 @@ class SseWriter:
     async def finish(self, data: bytes) -> None:
         """Send `data`, the last events, and the end of the body in one write."""
         await self._room()
-        self.handed += _framed_size(data) + 5 if self._chunked else len(data)  # "0\r\n\r\n" ends a chunked one
+        self.handed += _framed_size(data, self._chunked) + (5 if self._chunked else 0)  # and "0\r\n\r\n"
         await self._response.write_eof(data)
 
 
@@ -160,11 +160,11 @@ async def open_event_stream(http: web.Request, first: bytes) -> SseWriter:
         response.enable_chunked_encoding()
     await response.prepare(http)
     writer = SseWriter(response, http)
-    writer.handed += _framed_size(first) if response.chunked else len(first)
+    writer.handed += _framed_size(first, response.chunked)
     await response.write(first)  # the buffered headers go with it
     return writer
 
 
-def _framed_size(data: bytes) -> int:
-    """The bytes of `data` as one HTTP chunk: its length in hex, CRLF, the data, CRLF."""
-    return len(b"%x" % len(data)) + len(data) + 4 if data else 0
+def _framed_size(data: bytes, chunked: bool) -> int:
+    """The bytes of `data` as one HTTP chunk (its length in hex, CRLF, the data, CRLF), or as it is."""
+    return len(b"%x" % len(data)) + len(data) + 4 if chunked and data else len(data)

@@ -43,7 +43,7 @@ class DirectStream:
         Before the server's answer, plain text is held back (`answer`). Anything else, or a chunk the socket did
         not take whole, goes back to the server with the text held and the tokens written or held since the last
         row it got, and the stream ends here (`ended`: the socket is let go)."""
-        if self.first and row[ROW_FINISH] is None:
+        if self.first and not self.attached and row[ROW_FINISH] is None:
             self.first = False
             return row
         if len(row) == PLAIN_ROW_LEN and row[ROW_FINISH] is None:

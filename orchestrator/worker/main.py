@@ -150,19 +150,17 @@ class Worker:
         """Check the request and hand it to the backend; a refusal fails that request alone. With `attach`, its
         client's socket is waiting in the handoff: the worker writes the stream's plain text (DirectStream)."""
         fd = self._handoff.take(request.id) if attach is not None and self._handoff is not None else None
+        direct = DirectStream(fd, *attach) if fd is not None else None
         try:
             check_request(request, self._vocab_size)
             output = SequenceOutput(request, self._tokenizer, self._texts, self._channels(request), self._pieces)
-            if fd is not None:
-                output.direct, fd = DirectStream(fd, *attach), None
+            output.direct = direct
             self._live[request.id] = output
             self._backend.submit(request)  # its engine thread may deliver at once
         except Exception as exc:
-            if fd is not None:
-                os.close(fd)
-            output = self._live.pop(request.id, None)
-            if output is not None and output.direct is not None:
-                output.direct.close()
+            self._live.pop(request.id, None)
+            if direct is not None:
+                direct.close()
             error = exc if isinstance(exc, InfernoError) else EngineError(f"the engine refused the request: {exc}")
             if not isinstance(exc, InfernoError):
                 log.exception("submitting request %s failed", request.id)
