@@ -92,7 +92,6 @@ class InferenceRequest:
     keeps_output: bool = False  # collect each choice's output on it (a whole response; an agent API's stream)
     attachable: bool = True  # the worker may write its text to the client unseen here (not where audited)
     attached: bool = False  # its client's socket went to its worker with the submit (api/generation.py)
-    rows: int = 0  # rows delivered so far (an attach says how many it has seen)
     worker: WorkerHandle | None = None  # the worker running it, once leased
     _by_engine_id: dict[str, Choice] = field(default_factory=dict)
 
@@ -105,7 +104,6 @@ class InferenceRequest:
         """The worker client's sink: one call per engine step that produced output for this request, with its
         wire row (`TextDelta.to_wire`). Plain text goes the fast path when there is one and nothing is queued
         ahead of it (order is kept); anything else (a finish, an error, extras) wakes the handler."""
-        self.rows += 1
         fast = self.fast_path
         if fast is not None and len(row) == PLAIN_ROW_LEN and row[ROW_FINISH] is None and self.events.empty():
             choice = self._by_engine_id[row[ROW_REQUEST_ID]]
@@ -129,6 +127,8 @@ class InferenceRequest:
     def record(self, delta: TextDelta) -> Choice:
         """Account for one delta taken off `events`; returns the choice it belongs to."""
         choice = self._by_engine_id[delta.request_id]
+        if delta.first_token is not None and self.first_token is None:
+            self.first_token = delta.first_token  # its worker wrote the first tokens to the client itself
         self._count_tokens(choice, delta.num_tokens)
         if delta.cached_tokens is not None:
             self.cached_tokens = max(self.cached_tokens or 0, delta.cached_tokens)

@@ -9,7 +9,7 @@ and engine output, written as their named server-sent events or as one JSON body
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Protocol
 
@@ -20,16 +20,27 @@ from orchestrator.access.keys import ANONYMOUS
 from orchestrator.api.completions_format import Format, now
 from orchestrator.api.preparation import FrontDoorRequest, Prepared, prepare_generation
 from orchestrator.api.record import record_of
-from orchestrator.api.sse import DONE, ChunkTemplates, SseWriter, idle_fd, open_event_stream, sse
+from orchestrator.api.sse import (
+    DONE,
+    ChunkTemplates,
+    SseWriter,
+    bytes_sent,
+    idle_fd,
+    open_event_stream,
+    prepare_event_stream,
+    sse,
+    unprepare_event_stream,
+)
 from orchestrator.api.stall import watch_stalls
 from orchestrator.api.state import STATE
 from orchestrator.api.wire import _GenerationRequest
-from orchestrator.errors import InfernoError, error_body, kind_of
+from orchestrator.errors import InfernoError, WorkerCrashed, error_body, kind_of
 from orchestrator.ipc.messages import TextDelta
 from orchestrator.lifecycle import Choice, InferenceRequest, RequestStatus
 
 Event = tuple[str, dict]  # a named server-sent event: its name and its data
-Offer = Callable[[], tuple[int, bytes, bytes] | None]  # a stream's client socket and chunk bytes, for its worker
+# A stream's client socket, its head and its chunk's bytes around the text, for its worker to write it.
+Offer = Callable[[], Awaitable[tuple[int, bytes, bytes, bytes] | None]]
 KEEPALIVE_S = 10.0  # an agent API's stream with no output this long gets a keepalive
 
 
@@ -45,8 +56,8 @@ async def next_deltas(request: InferenceRequest) -> list[TextDelta]:
 async def running(http: web.Request, prepared: Prepared, offer: Offer | None = None) -> AsyncIterator[InferenceRequest]:
     """The prepared request, its grammar checked, admitted by the scheduler and submitted to a worker, for the
     body of the `async with` to read its output; the lease ends (and cancels what is still running) with it.
-    `offer`: a stream's client socket and chunk bytes, asked for at the submit, for the worker to write its text
-    (`_EventStream.offer`). The request's metrics are observed once, whatever happened."""
+    `offer`: a stream's client socket, head and chunk bytes, asked for at the submit, for the worker to write its
+    text (`_EventStream.offer`). The request's metrics are observed once, whatever happened."""
     state, engine, request = http.app[STATE], prepared.model.engine, prepared.request
     http_status = 200
     try:
@@ -58,8 +69,9 @@ async def running(http: web.Request, prepared: Prepared, offer: Offer | None = N
             )
         async with state.scheduler.lease(request, prepared.priority, prepared.tenant) as worker:
             request.worker = worker
+            attach = await offer() if offer is not None else None
             for choice in request.choices:
-                request.attached = worker.submit(choice.engine_request, request.deliver, offer and offer())
+                request.attached = worker.submit(choice.engine_request, request.deliver, attach)
             yield request
     except InfernoError as exc:
         http_status = kind_of(exc).status
@@ -82,12 +94,17 @@ async def serve_generation(
     fmt = Format(fmt.object_name, fmt.chunk_name, fmt.chat, f"fp_{engine.manifest.build.fingerprint.split(':')[-1][:12]}")
     stream = _EventStream(http, prepared.request, fmt, wire.include_usage, wire.continuous_usage) \
         if prepared.request.stream else None
-    async with running(http, prepared, stream and stream.offer) as request:
+    try:
+        async with running(http, prepared, stream and stream.offer) as request:
+            if stream is not None:
+                return await _stream(stream)
+            await collect(request)
+            body = fmt.response(request, ["".join(choice.parts) for choice in request.choices], now())
+            return web.Response(body=orjson.dumps(body), content_type="application/json")
+    except Exception as exc:
         if stream is not None:
-            return await _stream(stream)
-        await collect(request)
-        body = fmt.response(request, ["".join(choice.parts) for choice in request.choices], now())
-        return web.Response(body=orjson.dumps(body), content_type="application/json")
+            stream.failed(exc)
+        raise
 
 
 class EventPresenter(Protocol):
@@ -200,10 +217,11 @@ def _take_text(choice: Choice, text: str) -> bool:
 class _EventStream:
     """One response's event stream: OpenAI's chunks, in order, over an SseWriter. Plain text rows are written by
     `fast_text` straight from the worker reader's dispatch; everything else passes through `handle`. A one-choice
-    stream of plain text hands its worker the client's socket with the submit (`offer`, ipc/messages.py's Submit):
-    the worker sends the first row, which this stream writes with the headers, and holds the text back until this
-    stream answers (`answer`, once nothing waits to be written); then it writes the text chunks to the client itself
-    and sends only the rest: the finish, or a tail it could not write (then this stream writes everything again)."""
+    stream of plain text hands its worker the client's socket with the submit (`offer`, ipc/messages.py's Submit),
+    with the response's head (its headers and first events): the worker writes the head with the first text and
+    every text chunk after it, and sends only the rest: the finish, or a tail it could not write (then this stream
+    writes everything again). Until the worker has written, nothing has gone: an error is still a plain JSON error
+    with its status."""
 
     def __init__(self, http: web.Request, request: InferenceRequest, fmt: Format, include_usage: bool,
                  continuous_usage: bool):
@@ -211,6 +229,9 @@ class _EventStream:
         self.include_usage, self.continuous_usage = include_usage, continuous_usage
         self.created = now()
         self.writer: SseWriter | None = None
+        self.head = b""  # an offered stream's head, for this stream to write where its worker did not
+        self.opened = False  # the head went, from here or from the worker
+        self.sent_before: int | None = None  # the kernel's count of bytes sent on the connection, at the offer
         self.offsets = [0] * len(request.choices)  # characters streamed per choice, for text completions' logprobs
         self.templates = ChunkTemplates(
             lambda index, text: fmt.chunk(request, self.created, index, text, include_usage=include_usage)
@@ -219,39 +240,73 @@ class _EventStream:
         # Its worker may write it: one choice of plain text, in HTTP chunks, where the audit does not keep its text.
         self.plain = request.attachable and http.version >= HttpVersion11 and len(request.choices) == 1 and \
             not (continuous_usage or engine.logprobs or engine.tool_calls or engine.reasoning)
-        self.answered = False
 
-    def offer(self) -> tuple[int, bytes, bytes] | None:
-        """For the submit: the client's socket and the bytes around a chunk's text, where the worker may write this
-        stream's text (`plain`) and nothing waits to be written on the connection."""
-        fd = idle_fd(self.http.transport) if self.plain else None
-        return None if fd is None else (fd, *self.templates.parts(0))
+    async def offer(self) -> tuple[int, bytes, bytes, bytes] | None:
+        """For the submit: the client's socket, the response's head and the bytes around a chunk's text, where the
+        worker may write this stream (`plain`) and nothing waits to be written on the connection. The response
+        is prepared here; its headers wait in the head."""
+        if not self.plain:
+            return None
+        self.writer, headers = await prepare_event_stream(self.http)
+        self.head = headers + b"%x\r\n%b\r\n" % (len(first := self._first()), first)
+        fd = idle_fd(self.http.transport)
+        self.sent_before = bytes_sent(self.http.transport)
+        return None if fd is None else (fd, self.head, *self.templates.parts(0))
 
-    async def open(self) -> None:
-        first = b"".join(
+    def _first(self) -> bytes:
+        """The events before any output: each choice's role chunk."""
+        return b"".join(
             sse(self.fmt.chunk(self.request, self.created, choice.index, self.request.echo, role=True,
                                include_usage=self.include_usage, continuous_usage=self.continuous_usage))
             for choice in self.request.choices
         )
-        self.writer = await _open_event_stream(self.http, first)
+
+    async def open(self, written: bool) -> None:
+        """Begin the stream at its first output; `written`: its worker wrote the head already."""
+        if self.writer is None:
+            self.writer = await _open_event_stream(self.http, self._first())
+        else:  # prepared at the offer: the head went from the worker, or goes now
+            if not written:
+                await self.writer.send_framed(self.head)
+            self.http.writer.output_size += len(self.head)  # begun: an error from now on closes the connection
+            watch_stalls(self.http, self.writer.handed_bytes)
+        self.opened = True
         if not self.continuous_usage:  # usage on every chunk is rendered in full each time
             self.request.fast_path = self.fast_text
+
+    def written(self, first: TextDelta) -> bool | None:
+        """Whether the worker wrote to the client before the first row that came here: a row it sent says so (a
+        tail); one made here (its process went away) cannot, so the kernel's count of the bytes sent on the
+        connection says. None where that is not known."""
+        return True if first.tail is not None else self._sent_since_offer()
+
+    def _sent_since_offer(self) -> bool | None:
+        """Whether the kernel sent bytes on the connection since the socket went to the worker (False where it did
+        not go); None where that is not known."""
+        if not self.request.attached:
+            return False
+        sent = bytes_sent(self.http.transport)
+        return None if sent is None or self.sent_before is None else sent != self.sent_before
+
+    def failed(self, error: Exception) -> None:
+        """Before it began, the request failed with `error`, to be answered as a plain JSON error with its status:
+        a response prepared for the worker (`offer`) is undone. Where the worker held the socket and the error
+        is not its own answer (its process went away, or this process failed) and what it wrote is not known, the
+        connection is closed instead."""
+        if self.writer is None or self.opened:
+            return
+        worker_said = isinstance(error, InfernoError) and not isinstance(error, WorkerCrashed)
+        if not worker_said and self._sent_since_offer() is not False:
+            if self.http.transport is not None:
+                self.http.transport.abort()
+        else:
+            unprepare_event_stream(self.http)
 
     def fast_text(self, choice: Choice, text: str) -> bool:
         if not text:
             return True
         prefix, suffix = self.templates.parts(choice.index)
         return self.writer.write_parts(prefix, orjson.dumps(text), suffix)
-
-    def answer(self) -> None:
-        """Where the worker holds the text back (its socket came with the submit), answer once every row it
-        delivered is written (none waits in `events`): it writes from now on, or, where bytes wait in the
-        transport (a slow client), it sends the text back (-1) and this stream writes the rest."""
-        if self.answered or not self.request.attached or not self.request.events.empty():
-            return
-        self.answered = True
-        seen = self.request.rows if self.writer.fd() is not None else -1
-        self.request.worker.attach(self.request.choices[0].engine_request.id, seen)
 
     def chunk(self, choice: Choice, delta: TextDelta) -> bytes:
         chunk = self.fmt.chunk(
@@ -267,7 +322,7 @@ class _EventStream:
         request, out = self.request, bytearray()
         for delta in deltas:
             choice = request.record(delta)
-            if delta.tail is not None:  # the worker handed the stream back mid-chunk: that chunk's rest first
+            if delta.tail:  # the worker handed the stream back mid-chunk: that chunk's rest first
                 await self.writer.send(bytes(out))
                 await self.writer.send_framed(delta.tail.encode("latin-1"))
                 out.clear()
@@ -294,11 +349,11 @@ async def _stream(stream: _EventStream) -> web.StreamResponse:
     request = stream.request
     while True:
         deltas = await next_deltas(request)
-        if stream.writer is None:
-            first_error = next((d for d in deltas if d.error is not None), None)
+        if not stream.opened:
+            written = stream.written(deltas[0]) is True  # its worker wrote to the client: what follows goes after
+            first_error = None if written else next((d for d in deltas if d.error is not None), None)
             if first_error is not None:
                 raise request.record(first_error).error
-            await stream.open()
+            await stream.open(written)
         if await stream.handle(deltas):
             return stream.writer.response
-        stream.answer()

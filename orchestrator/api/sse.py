@@ -13,6 +13,9 @@ end each on their own.
 
 from __future__ import annotations
 
+import socket
+import sys
+
 import orjson
 from aiohttp import HttpVersion11, web
 
@@ -22,6 +25,22 @@ _MARKER = "\x00inferno-text\x00"
 
 def sse(payload: dict) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def bytes_sent(transport) -> int | None:
+    """The bytes the kernel has sent on the connection's socket so far, whichever process wrote them (struct
+    tcp_info's tcpi_bytes_sent, Linux 4.19); None where it does not say (the client gone, not TCP)."""
+    sock = transport.get_extra_info("socket") if transport is not None and not transport.is_closing() else None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES) if sock is not None else b""
+    except OSError:
+        return None
+    return int.from_bytes(info[_BYTES_SENT_AT : _BYTES_SENT_AT + 8], sys.byteorder) if len(info) >= _TCP_INFO_BYTES \
+        else None
+
+
+_BYTES_SENT_AT = 200  # tcpi_bytes_sent's offset in struct tcp_info
+_TCP_INFO_BYTES = _BYTES_SENT_AT + 8
 
 
 def idle_fd(transport) -> int | None:
@@ -113,9 +132,6 @@ class SseWriter:
         transport.write(framed)
         return True
 
-    def fd(self) -> int | None:
-        return idle_fd(self._transport)
-
     def _writable(self, transport) -> bool:
         return transport is not None and not transport.is_closing() and (
             transport.get_write_buffer_size() <= self._high_water
@@ -153,16 +169,38 @@ class SseWriter:
 
 async def open_event_stream(http: web.Request, first: bytes) -> SseWriter:
     """Prepare an event stream and send its headers with `first`, the first events, in one write."""
+    response = await _prepared(http)
+    writer = SseWriter(response, http)
+    writer.handed += _framed_size(first, response.chunked)
+    await response.write(first)  # the buffered headers go with it
+    return writer
+
+
+async def prepare_event_stream(http: web.Request) -> tuple[SseWriter, bytes]:
+    """An event stream prepared for another process to begin (worker/direct.py): its writer, and the bytes of its
+    headers, which aiohttp now takes as sent; whoever writes first writes them. Where nothing of it went after all
+    (an error before the first token), `unprepare_event_stream` lets another response answer instead."""
+    response = await _prepared(http)
+    payload = response._payload_writer  # aiohttp's StreamWriter, holding the headers until the first write
+    head, payload._headers_buf, payload._headers_written = payload._headers_buf, None, True
+    return SseWriter(response, http), head
+
+
+def unprepare_event_stream(http: web.Request) -> None:
+    """Undo `prepare_event_stream`, nothing of the stream having gone: the connection's writer as a response that
+    is not yet prepared finds it (no headers, not chunked), for the error's own response."""
+    payload = http.writer
+    payload._headers_buf, payload._headers_written, payload.chunked = None, False, False
+
+
+async def _prepared(http: web.Request) -> EventStreamResponse:
     response = EventStreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
     if http.version >= HttpVersion11:
         response.enable_chunked_encoding()
     await response.prepare(http)
-    writer = SseWriter(response, http)
-    writer.handed += _framed_size(first, response.chunked)
-    await response.write(first)  # the buffered headers go with it
-    return writer
+    return response
 
 
 def _framed_size(data: bytes, chunked: bool) -> int:

@@ -11,8 +11,7 @@ for a frame that is not exactly that message: a missing or unknown field, or a v
     ready     worker -> server   WorkerReady   pid, rss_bytes, load (LoadReport's fields)
     failed    worker -> server   LoadFailed    error (errors.to_wire)   the load failed; the worker exits
     submit    server -> worker   Submit        request (EngineRequest.to_wire), attach (ipc/handoff.py)
-    cancel    server -> worker   Cancel        id
-    attach    server -> worker   Attach        request_id, seen         the answer to an attached first row
+    cancel    server -> worker   Cancel        id, error (errors.to_wire: end it with that error)
     stats     server -> worker   StatsQuery    seq
     stats     worker -> server   StatsReport   seq, stats (BackendStats' fields)
     step      worker -> server   Step          outputs: one TextDelta row per request with news
@@ -57,7 +56,6 @@ class FrameKind(StrEnum):
     STEP = "step"
     SHUTDOWN = "shutdown"
     RELEASE = "release"
-    ATTACH = "attach"
 
 
 # -- reading fields ------------------------------------------------------------------------------------------------
@@ -188,14 +186,14 @@ class LoadFailed:
 # -- requests ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Submit:
-    """Start an engine request (one choice). With `attach`, the bytes before and after a chunk's text as JSON (an
-    event of its stream), the client's socket came over the handoff (ipc/handoff.py) just before this frame: the
-    worker sends the request's first row as usual (the server writes the headers and it), then holds its plain text
-    back until the server answers (Attach), and from then on writes that text to the client itself."""
+    """Start an engine request (one choice). With `attach`, the client's socket came over the handoff
+    (ipc/handoff.py) just before this frame, with the bytes the worker writes it (worker/direct.py): the response's
+    head (its headers and first events, written with the first text), and the bytes before and after a chunk's text
+    as JSON (an event of its stream); each as latin-1 text, a character a byte."""
 
     KIND: ClassVar[FrameKind] = FrameKind.SUBMIT
     request: EngineRequest
-    attach: tuple[str, str] | None = None
+    attach: tuple[str, str, str] | None = None
 
     def to_wire(self) -> dict:
         wire = {"kind": self.KIND, "request": self.request.to_wire()}
@@ -209,8 +207,9 @@ class Submit:
         request_id = wire.get("id")
         if not isinstance(request_id, str):
             raise MalformedFrame(f"a 'submit' frame's request needs a string 'id' (got {request_id!r:.80})")
-        if attach is not None and not (len(attach) == 2 and all(type(part) is str for part in attach)):
-            raise MalformedFrame(f"a 'submit' frame's attach is [prefix, suffix] (got {attach!r:.80})", request_id)
+        if attach is not None and not (len(attach) == 3 and all(type(part) is str for part in attach)):
+            raise MalformedFrame(f"a 'submit' frame's attach is [head, prefix, suffix] (got {attach!r:.80})",
+                                 request_id)
         try:
             return cls(EngineRequest.from_wire(wire), None if attach is None else tuple(attach))
         except (KeyError, TypeError, ValueError) as exc:
@@ -219,42 +218,23 @@ class Submit:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
-    """Stop an engine request; its final row says CANCELLED (unknown or finished ids are ignored)."""
+    """Stop an engine request; its final row says CANCELLED (unknown or finished ids are ignored). With `error`
+    (errors.to_wire), the worker ends the request with that error at once instead: its final row is the failure,
+    sent after whatever the worker wrote to the client itself (an attached stream's server cannot know what)."""
 
     KIND: ClassVar[FrameKind] = FrameKind.CANCEL
     request_id: str
+    error: dict | None = None
 
     def to_wire(self) -> dict:
-        return {"kind": self.KIND, "id": self.request_id}
+        wire = {"kind": self.KIND, "id": self.request_id}
+        return wire if self.error is None else wire | {"error": self.error}
 
     @classmethod
     def from_wire(cls, frame: dict) -> Cancel:
         _framed(cls.KIND, frame)
-        return cls(_checked(frame, cls.KIND, {"id": (str,)})["id"])
-
-
-@dataclass(frozen=True, slots=True)
-class Attach:
-    """The server's answer to the first row of a request submitted with `attach`: it has written `seen` rows and
-    nothing waits in its socket buffer. Where the worker has sent exactly `seen` rows, it writes the plain text it
-    held back, and every later one, to the client itself; with `seen` -1, a refusal (bytes wait for a slow client),
-    the held text goes back as a row, the socket is let go, and the server writes the rest. Once attached, rows of
-    plain text are written, not sent: the next row sent counts their tokens, and one whose chunk could not be
-    written whole (a full or closed socket) carries the rest as its `tail`; the server writes every row from then
-    on."""
-
-    KIND: ClassVar[FrameKind] = FrameKind.ATTACH
-    request_id: str
-    seen: int
-
-    def to_wire(self) -> dict:
-        return {"kind": self.KIND, "request_id": self.request_id, "seen": self.seen}
-
-    @classmethod
-    def from_wire(cls, frame: dict) -> Attach:
-        _framed(cls.KIND, frame)
-        checked = _checked(frame, cls.KIND, _field_types(cls))
-        return cls(checked["request_id"], checked["seen"])
+        checked = _checked(frame, cls.KIND, {"id": (str,), "error": (dict, type(None))})
+        return cls(checked["id"], checked.get("error"))
 
 
 class _Signal:
@@ -348,7 +328,10 @@ class TextDelta:
     cached_tokens: int | None = None  # prompt tokens the engine served from its prefix cache
     reasoning: str | None = None  # new thinking text (reasoning models), apart from the answer's text
     tool_calls: list | None = None  # OpenAI's delta.tool_calls entries: id, type and name once, then arguments
-    tail: str | None = None  # an attached stream's bytes the worker could not write (as latin-1), to write first
+    # An attached stream handed back after its worker wrote to the client (worker/direct.py): the bytes it could
+    # not write (as latin-1; "" where all went), for the server to write first, and when its first token came.
+    tail: str | None = None
+    first_token: float | None = None  # time.monotonic(), the same clock in every process of the machine
 
     @classmethod
     def failure(cls, request_id: str, error: InfernoError) -> TextDelta:
@@ -379,7 +362,7 @@ class TextDelta:
         return delta
 
 
-_EXTRAS = ("logprobs", "cached_tokens", "reasoning", "tool_calls", "tail")
+_EXTRAS = ("logprobs", "cached_tokens", "reasoning", "tool_calls", "tail", "first_token")
 _EXTRA_TYPES = {name: types for name, types in _field_types(TextDelta).items() if name in _EXTRAS}
 
 
@@ -410,11 +393,11 @@ class Step:
 
 
 # -- the tables --------------------------------------------------------------------------------------------------
-ToWorker = LoadSpec | Submit | Cancel | Attach | StatsQuery | Shutdown | Release
+ToWorker = LoadSpec | Submit | Cancel | StatsQuery | Shutdown | Release
 FromWorker = Idle | WorkerReady | LoadFailed | StatsReport | Step
 
 TO_WORKER: dict[FrameKind, type[ToWorker]] = {
-    m.KIND: m for m in (LoadSpec, Submit, Cancel, Attach, StatsQuery, Shutdown, Release)
+    m.KIND: m for m in (LoadSpec, Submit, Cancel, StatsQuery, Shutdown, Release)
 }
 FROM_WORKER: dict[FrameKind, type[FromWorker]] = {
     m.KIND: m for m in (Idle, WorkerReady, LoadFailed, StatsReport, Step)

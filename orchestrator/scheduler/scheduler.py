@@ -34,7 +34,6 @@ from orchestrator.errors import (
     WorkerCrashed,
     without_paths,
 )
-from orchestrator.ipc.messages import TextDelta
 from orchestrator.lifecycle import InferenceRequest, RequestStatus
 from orchestrator.scheduler.admin import AdminOperations
 from orchestrator.scheduler.admission import RETRY_AFTER_SHUTDOWN_S, AdmissionControl
@@ -154,8 +153,7 @@ class Scheduler:
                              retry_after_s=RETRY_AFTER_SHUTDOWN_S)
         for request, worker in list(self._live.values()):
             for engine_id in request.unfinished_engine_ids():
-                worker.cancel(engine_id)  # no more output reaches the request
-                request.deliver(TextDelta.failure(engine_id, error).to_wire())
+                worker.end(engine_id, error)  # its last output, after what its worker wrote to the client
         await self._admission.wait_quiet(FAREWELL_S)
 
     async def stop(self, drain_timeout_s: float) -> None:

@@ -11,12 +11,11 @@ import signal
 
 from orchestrator.backends.protocol import BackendStats
 from orchestrator.engine.request import EngineRequest
-from orchestrator.errors import InfernoError, ModelUnavailable, WorkerCrashed
+from orchestrator.errors import InfernoError, ModelUnavailable, WorkerCrashed, to_wire
 from orchestrator.ipc.channel import ChannelClosed
 from orchestrator.ipc.messages import (
     ROW_FINISH,
     ROW_REQUEST_ID,
-    Attach,
     Cancel,
     Idle,
     LoadFailed,
@@ -106,13 +105,15 @@ class WorkerClient:
             if not isinstance(message, Idle):
                 raise MalformedFrame(f"a '{message.KIND}' frame came before the load's answer")
 
-    def submit(self, request: EngineRequest, sink: Sink, attach: tuple[int, bytes, bytes] | None = None) -> bool:
+    def submit(self, request: EngineRequest, sink: Sink, attach: tuple[int, bytes, bytes, bytes] | None = None
+               ) -> bool:
         if not self.alive:
             raise WorkerCrashed(f"the worker for model '{self.model}' is gone")
         self._sinks[request.id] = sink
         handed = attach is not None and self._handoff is not None and self._handoff.give(request.id, attach[0])
+        parts = tuple(part.decode("latin-1") for part in attach[1:]) if handed else None
         try:
-            self._channel.send(Submit(request, (attach[1].decode(), attach[2].decode()) if handed else None).to_wire())
+            self._channel.send(Submit(request, parts).to_wire())
         except ChannelClosed:
             self._sinks.pop(request.id, None)
             raise WorkerCrashed(f"the worker for model '{self.model}' is gone") from None
@@ -124,10 +125,10 @@ class WorkerClient:
             with contextlib.suppress(ChannelClosed):
                 self._channel.send(Cancel(request_id).to_wire())
 
-    def attach(self, request_id: str, seen: int) -> None:
-        if self.alive and request_id in self._sinks:
+    def end(self, request_id: str, error: InfernoError) -> None:
+        if request_id in self._sinks:
             with contextlib.suppress(ChannelClosed):
-                self._channel.send(Attach(request_id, seen).to_wire())
+                self._channel.send(Cancel(request_id, to_wire(error)).to_wire())
 
     async def stats(self, timeout_s: float = 1.0) -> BackendStats | None:
         """The engine's stats snapshot, or None if the worker does not answer in time."""

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from orchestrator.backends.protocol import BackendStats
 from orchestrator.engine.request import EngineRequest
+from orchestrator.errors import InfernoError
 from orchestrator.ipc.messages import LoadSpec, WorkerReady
 
 # Where a request's output goes: one call per engine step, with the step's wire row (messages.TextDelta.to_wire).
@@ -32,20 +33,21 @@ class WorkerHandle(Protocol):
         """Load the engine; raises ModelUnavailable (or a subclass) if it cannot within timeout_s."""
         ...
 
-    def submit(self, request: EngineRequest, sink: Sink, attach: tuple[int, bytes, bytes] | None = None) -> bool:
+    def submit(self, request: EngineRequest, sink: Sink, attach: tuple[int, bytes, bytes, bytes] | None = None
+               ) -> bool:
         """Start a request; its deltas go to `sink`, the last one with a finish reason (an error included).
-        Raises WorkerCrashed if the worker is gone. `attach`: the client's socket and the bytes around a chunk's
-        text as JSON, for the worker to write the request's plain text chunks itself after its first row, once
-        the server answers (`attach`; ipc/messages.py's Submit). True where the socket went over."""
+        Raises WorkerCrashed if the worker is gone. `attach`: the client's socket, the response's head and the
+        bytes around a chunk's text as JSON, for the worker to write the request's plain text itself
+        (worker/direct.py). True where the socket went over."""
         ...
 
     def cancel(self, request_id: str) -> None:
         """Stop a request in the engine; no more deltas reach its sink."""
         ...
 
-    def attach(self, request_id: str, seen: int) -> None:
-        """Answer the first row of a request whose socket went with its submit: the server has written `seen`
-        rows and nothing waits in its socket buffer (-1: bytes wait; the server writes the rest itself)."""
+    def end(self, request_id: str, error: InfernoError) -> None:
+        """End a request with `error`: its worker stops it and sends the failure as its last delta, after whatever
+        it wrote to the client itself (an attached stream: only the worker knows what went)."""
         ...
 
     async def stats(self, timeout_s: float) -> BackendStats | None:

@@ -1,19 +1,21 @@
 """A stream whose plain text chunks the worker writes to the client's socket itself (a `Submit` with `attach`).
 
-The HTTP process hands the worker the client's socket with the request, and the bytes around a chunk's text. The
-request's first row goes to the server as usual: the server writes the headers and that row, and answers (an
-`Attach`) once nothing waits in its socket buffer; meanwhile the worker holds the text back. From then on, each
-engine step the worker frames a chunk per attached stream and writes it with one non-blocking `send`: one process
-touches each token, instead of the worker sending a row and the HTTP process writing it. Anything but plain text (a
-finish, an error, extras) still goes to the server as a row, which then writes it: the worker wrote everything
-before it, so order holds. A write the socket does not take whole (the client reads slowly, or has gone) ends the
-attachment: the rest of the chunk goes to the server as the row's tail, and the server's own backpressure and stall
-watch take over.
+The HTTP process hands the worker the client's socket with the request, the response's head (its headers and first
+events, which aiohttp then takes as sent) and the bytes around a chunk's text. The worker writes the head with the
+first text, in one `send`, and from then on frames a chunk per engine step and writes it with one non-blocking
+`send`: one process touches each token, and the server sees the request again only at its end (the prompt's cached
+tokens, which an engine tells with the first step, go with it). Anything else (a finish, an error, other extras)
+goes to the server as a row, which then writes it: the worker wrote everything before it, so order holds. Such a row says what the worker did: with nothing written (an error before the first
+token), it is the row as it came and the server answers as it would have (a plain JSON error with its status);
+once the head went, it carries a `tail`, the rest of a chunk the socket did not take whole ("" where all went),
+and the time of the first token. A write the socket does not take whole (the client reads slowly, or has gone)
+ends the attachment the same way: the server writes the tail, and its own backpressure and stall watch take over.
 """
 
 from __future__ import annotations
 
 import socket
+import time
 
 import orjson
 
@@ -23,45 +25,53 @@ _FLAGS = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL  # the socket's blocking mode
 
 
 class DirectStream:
-    __slots__ = ("_around", "_prefix", "_send", "_sock", "_suffix", "attached", "ended", "first", "held",
-                 "unreported")
+    __slots__ = ("_around", "_head", "_prefix", "_send", "_sock", "_suffix", "cached_tokens", "ended", "first_token",
+                 "opened", "unreported")
 
-    def __init__(self, fd: int, prefix: str, suffix: str):
+    def __init__(self, fd: int, head: bytes, prefix: bytes, suffix: bytes):
         self._sock = socket.socket(fileno=fd)
         self._send = self._sock.send
-        self._prefix, self._suffix = prefix.encode(), suffix.encode()
-        self._around = len(self._prefix) + len(self._suffix)
-        self.unreported = 0  # tokens written or held here that no row sent to the server has counted yet
-        self.first = True  # the first row goes to the server (it writes the headers with it)
-        self.attached = False  # the server has written every row sent (Attach.seen): text is written here
-        self.held = ""  # text held back after the first row, until the server answers (Attach)
+        self._head, self._prefix, self._suffix = head, prefix, suffix
+        self._around = len(prefix) + len(suffix)
+        self.unreported = 0  # tokens counted here that no row sent to the server has counted yet
+        self.first_token: float | None = None  # when the first of them came (time.monotonic, as the server's)
+        self.cached_tokens: int | None = None  # the prompt's tokens the engine's prefix cache served, where it said
+        self.opened = False  # the head was written (whole, or its rest is a tail): every row after it says so
         self.ended = False  # handed back to the server (the socket let go)
 
     def pass_on(self, request_id: str, row: list) -> list | None:
-        """What to send the server (a row, TextDelta.to_wire) for request `request_id`'s `row`, if anything.
-        The first row is sent as it is. Attached: plain text is written to the client (None: nothing to send).
-        Before the server's answer, plain text is held back (`answer`). Anything else, or a chunk the socket did
-        not take whole, goes back to the server with the text held and the tokens written or held since the last
-        row it got, and the stream ends here (`ended`: the socket is let go)."""
-        if self.first and not self.attached and row[ROW_FINISH] is None:
-            self.first = False
-            return row
-        if len(row) == PLAIN_ROW_LEN and row[ROW_FINISH] is None:
-            text, self.held = self.held + row[ROW_TEXT], ""
-            self.unreported += row[ROW_NUM_TOKENS]
-            if not self.attached:
-                self.held = text
-                return None
-            return self._rest(request_id, self.write(orjson.dumps(text)) if text else b"")
-        row[ROW_TEXT], row[ROW_NUM_TOKENS] = self.held + row[ROW_TEXT], row[ROW_NUM_TOKENS] + self.unreported
+        """What to send the server (a row, TextDelta.to_wire) for request `request_id`'s `row`, if anything. Plain
+        text is written to the client (None: nothing to send). Anything else, or a chunk the socket did not take
+        whole, goes back to the server with the tokens counted here, and the stream ends here (`ended`: the socket
+        is let go)."""
+        if row[ROW_FINISH] is None and (len(row) == PLAIN_ROW_LEN or row[PLAIN_ROW_LEN].keys() == {"cached_tokens"}):
+            if len(row) > PLAIN_ROW_LEN:  # the prompt's cached tokens (a first step's news): told with the end
+                self.cached_tokens = row[PLAIN_ROW_LEN]["cached_tokens"]
+            self._count(row[ROW_NUM_TOKENS])
+            text = row[ROW_TEXT]
+            return self._rest(request_id, self.write(orjson.dumps(text))) if text else None
         self.close()
-        return row
+        if not self.opened and not self.unreported and self.cached_tokens is None:
+            return row  # nothing written nor counted here: the server takes it as if no socket had come
+        delta = TextDelta.from_wire(row)
+        delta.num_tokens += self.unreported
+        delta.first_token = self.first_token
+        if delta.cached_tokens is None:
+            delta.cached_tokens = self.cached_tokens
+        if self.opened:
+            delta.tail = ""
+        return delta.to_wire()
 
     def pass_token(self, request_id: str, body: bytes) -> list | None:
-        """`pass_on` for the usual token of an attached stream with nothing held (SequenceOutput.json): its text,
-        already a JSON string, is written with no row made."""
-        self.unreported += 1
+        """`pass_on` for the usual token (SequenceOutput.json): its text, already a JSON string, is written with
+        no row made."""
+        self._count(1)
         return self._rest(request_id, self.write(body))
+
+    def _count(self, tokens: int) -> None:
+        if tokens and self.first_token is None:
+            self.first_token = time.monotonic()
+        self.unreported += tokens
 
     def _rest(self, request_id: str, tail: bytes) -> list | None:
         """After a write (`write`'s answer, `tail`): None where the chunk went whole; else the row that hands the
@@ -69,24 +79,15 @@ class DirectStream:
         if not tail:
             return None
         self.close()
-        return TextDelta(request_id, "", self.unreported, tail=tail.decode("latin-1")).to_wire()
-
-    def answer(self, request_id: str, attach: bool) -> list | None:
-        """The server's answer to the first row: `attach` (it has written every row) and the held text is written
-        now (returned: the row that hands the stream back, where the socket did not take it whole), or a refusal
-        (bytes wait in its socket buffer) and the held text goes back to it as a row (returned), the stream ending
-        here."""
-        if attach:
-            text, self.attached, self.held = self.held, True, ""
-            return self._rest(request_id, self.write(orjson.dumps(text))) if text else None
-        row, self.held, self.unreported = [request_id, self.held, self.unreported, None, None], "", 0
-        self.close()
-        return row
+        return TextDelta(request_id, "", self.unreported, cached_tokens=self.cached_tokens,
+                         tail=tail.decode("latin-1"), first_token=self.first_token).to_wire()
 
     def write(self, body: bytes) -> bytes:
-        """Write the chunk whose text is `body` (a JSON string); the bytes the socket did not take (b"" when all
-        went)."""
+        """Write the chunk whose text is `body` (a JSON string), after the head if it has not gone yet; the bytes
+        the socket did not take (b"" when all went)."""
         framed = b"%x\r\n%b%b%b\r\n" % (self._around + len(body), self._prefix, body, self._suffix)
+        if not self.opened:
+            framed, self.opened = self._head + framed, True
         try:
             sent = self._send(framed, _FLAGS)
         except OSError:  # full (BlockingIOError) or gone: the server finds out which

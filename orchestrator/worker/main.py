@@ -32,13 +32,12 @@ from orchestrator import aio
 from orchestrator.backends import create_backend, preload_backends
 from orchestrator.backends.protocol import Backend, BackendSettings
 from orchestrator.engine.manifest import ChatFormat, load_manifest
-from orchestrator.engine.request import EngineRequest, TokenDelta, check_request
+from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta, check_request
 from orchestrator.errors import EngineDead, EngineError, InfernoError, OutOfMemory, without_paths
 from orchestrator.ipc.channel import Channel, ChannelClosed
 from orchestrator.ipc.handoff import Handoff
 from orchestrator.ipc.messages import (
     ROW_FINISH,
-    Attach,
     Cancel,
     Idle,
     LoadFailed,
@@ -106,7 +105,7 @@ class Worker:
             dead.cancel()
             messages.cancel()
             if self._handoff is not None:
-                self._handoff.take("")  # close sockets handed over for attaches that never came
+                self._handoff.take("")  # close sockets handed over for submits that never came
 
     async def _handle_messages(self) -> None:
         while True:
@@ -128,12 +127,10 @@ class Worker:
             if exc.request_id is not None:
                 self._refuse(exc.request_id, EngineError(f"the engine refused the request: {exc}"))
             return True
-        if type(message) is Attach:
-            self._attach(message)
-        elif type(message) is Submit:
+        if type(message) is Submit:
             self._submit(message.request, message.attach)
         elif type(message) is Cancel:
-            self._cancel(message.request_id)
+            self._cancel(message.request_id, message.error)
         elif type(message) is StatsQuery:
             self._channel.send(StatsReport(message.seq, self._backend.stats()).to_wire())
         elif type(message) is Shutdown:
@@ -146,11 +143,11 @@ class Worker:
             log.error("the server sent a '%s' frame to a loaded worker; ignoring it", message.KIND)
         return True
 
-    def _submit(self, request: EngineRequest, attach: tuple[str, str] | None = None) -> None:
+    def _submit(self, request: EngineRequest, attach: tuple[str, str, str] | None = None) -> None:
         """Check the request and hand it to the backend; a refusal fails that request alone. With `attach`, its
         client's socket is waiting in the handoff: the worker writes the stream's plain text (DirectStream)."""
         fd = self._handoff.take(request.id) if attach is not None and self._handoff is not None else None
-        direct = DirectStream(fd, *attach) if fd is not None else None
+        direct = DirectStream(fd, *(part.encode("latin-1") for part in attach)) if fd is not None else None
         try:
             check_request(request, self._vocab_size)
             output = SequenceOutput(request, self._tokenizer, self._texts, self._channels(request), self._pieces)
@@ -176,23 +173,17 @@ class Worker:
         fmt = tool_format(self._chat_format.tool_call_format)
         return OutputChannels(request, fmt, self._chat_format.reasoning_format)
 
-    def _attach(self, message: Attach) -> None:
-        """The server's answer to an attached stream's first row (see Attach): from now on its plain text is
-        written to the client here, or, refused, the stream goes back to the server."""
-        with self._stepping:
-            output = self._live.get(message.request_id)
-            if output is None or output.direct is None:
-                return  # ended here already, its socket let go
-            row = output.direct.answer(output.request_id, output.sent == message.seen)
-            if output.direct.ended:
-                output.direct = None
-            if row is not None:
-                output.sent += 1
-                self._send([row])
-
-    def _cancel(self, request_id: str) -> None:
-        if request_id in self._live:
-            self._backend.cancel(request_id)
+    def _cancel(self, request_id: str, error: dict | None = None) -> None:
+        """Stop the request in the engine; with `error`, end it here with that error (its last row, after what
+        was written to the client here: DirectStream.pass_on)."""
+        if request_id not in self._live:
+            return
+        self._backend.cancel(request_id)
+        if error is not None:
+            with self._stepping:
+                output = self._live.pop(request_id)
+                row = TextDelta(request_id, "", 0, FinishReason.ERROR, error).to_wire()
+                self._send([row if output.direct is None else output.direct.pass_on(request_id, row)])
 
     # -- EngineOutputs: called by the backend on this event loop --------------------------------------------------
     def step(self, deltas: list[TokenDelta]) -> None:
@@ -204,7 +195,7 @@ class Worker:
                 if output is None:
                     continue  # ended here already (a stop string, a repeated call): its late words are not needed
                 direct = output.direct
-                if direct is not None and direct.attached and not direct.held and (body := output.json(delta)):
+                if direct is not None and (body := output.json(delta)):
                     row = direct.pass_token(output.request_id, body)  # the usual token: no row made
                 else:
                     row = output.row(delta)
@@ -216,7 +207,6 @@ class Worker:
                     output.direct = None
                 if row is None:
                     continue
-                output.sent += 1
                 rows.append(row)
                 if row[ROW_FINISH] is not None:
                     del live[delta.request_id]
@@ -232,10 +222,10 @@ class Worker:
 
     def _fail_live(self, error: InfernoError) -> None:
         with self._stepping:
-            rows = [TextDelta.failure(request_id, error).to_wire() for request_id in self._live]
-            for output in self._live.values():
-                if output.direct is not None:
-                    output.direct.close()
+            rows = []
+            for request_id, output in self._live.items():
+                row = TextDelta.failure(request_id, error).to_wire()
+                rows.append(row if output.direct is None else output.direct.pass_on(request_id, row))
             self._live.clear()
             if rows:
                 self._send(rows)

@@ -38,7 +38,7 @@ class SequenceOutput:
     tool calls, and special tokens stay in the text the parsers read (a format's call marker may be one)."""
 
     __slots__ = ("_channels", "_detokenizer", "_json_pieces", "_min_tokens", "_plain", "_stops", "_texts", "direct",
-                 "generated", "request_id", "sent", "stopped")
+                 "generated", "request_id", "stopped")
 
     def __init__(self, request: EngineRequest, tokenizer: Tokenizer, texts: TokenTexts,
                  channels: OutputChannels | None = None, pieces: ByteLevelPieces | None = None):
@@ -53,8 +53,7 @@ class SequenceOutput:
         self._json_pieces = pieces if self._plain else None  # where a token's text may go out as it is (`json`)
         self.generated = 0
         self.stopped = False
-        self.sent = 0  # rows sent to the server
-        self.direct: DirectStream | None = None  # the client's socket, where the server attached it (Attach)
+        self.direct: DirectStream | None = None  # the client's socket, where it came with the submit
 
     def row(self, delta: TokenDelta) -> list | None:
         """`on_delta`'s answer as its wire row (TextDelta.to_wire), made directly in the common case: a request

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 
 import openai
 
@@ -166,40 +167,42 @@ def test_a_worker_gone_before_the_request_is_a_503(catalogue):
 
 
 def test_a_stream_its_worker_writes_and_hands_back_mid_chunk_reaches_the_client_whole(catalogue):
-    """The app's half of an attached stream (ipc/messages.py's Submit and Attach): the connection's socket goes with
-    the submit; the app writes the headers and the first row, then answers, having seen that row. Chunks the worker
-    then writes to the socket itself, and the rest of a chunk it hands back (a row's tail), reach the client in
-    order before what the app writes next, with every token counted; the app answers once."""
+    """The app's half of an attached stream (ipc/messages.py's Submit, worker/direct.py): the connection's socket goes
+    with the submit, with the response's head. What the worker writes to the socket itself (the head with its
+    first text, then chunks) and the rest of a chunk it hands back (a row's tail) reach the client in order before
+    what the app writes next, with every token counted and the first token's time taken from the worker."""
     async def go():
         async with running_app(catalogue) as app:
             app.workers.take_sockets = True
             body = chat(app.model, stream_options={"include_usage": True})
             responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=body))
             worker, request = await app.workers.next_submit()
-            fd, prefix, suffix = worker.sockets[request.id]
-            worker.emit(request.id, "Hello", tokens=1)
-            response = await responding
-            await until(lambda: worker.answers)
-            assert worker.answers == [(request.id, 1)]
+            fd, head, prefix, suffix = worker.sockets[request.id]
 
             def framed(text: str) -> bytes:
                 data = prefix + json.dumps(text).encode() + suffix
                 return b"%x\r\n%b\r\n" % (len(data), data)
 
-            os.write(fd, framed(", wor"))
+            first_token = time.monotonic()
+            os.write(fd, head + framed("Hello") + framed(", wor"))
+            response = await responding  # the head came from the worker
             third = framed("ld")
             os.write(fd, third[:7])
             os.close(fd)
-            worker.sinks[request.id](TextDelta(request.id, "", 2, tail=third[7:].decode("latin-1")).to_wire())
+            worker.sinks[request.id](
+                TextDelta(request.id, "", 3, tail=third[7:].decode("latin-1"), first_token=first_token).to_wire())
             worker.emit(request.id, "!", tokens=1)
             worker.emit(request.id, "", tokens=0, finish=FinishReason.STOP)
-            return await response.read(), worker.answers
+            return response, await response.read()
 
-    raw, answers = asyncio.run(go())
+    response, raw = asyncio.run(go())
+    assert response.status == 200 and response.headers["Content-Type"] == "text/event-stream"
+    assert response.headers["X-Request-Id"].startswith("req_")  # the app's own headers, in the head it handed over
     chunks = sse_events(raw)[:-1]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert [c["choices"][0]["delta"].get("content") for c in chunks[1:-1]] == [
         "Hello", ", wor", "ld", "!", None]
-    assert chunks[-1]["usage"]["completion_tokens"] == 4 and len(answers) == 1
+    assert chunks[-1]["usage"]["completion_tokens"] == 4
 
 
 async def until(condition, timeout_s: float = 10) -> None:
@@ -208,28 +211,66 @@ async def until(condition, timeout_s: float = 10) -> None:
             await asyncio.sleep(0.01)
 
 
-def test_a_first_row_that_waits_for_a_slow_client_is_answered_with_a_refusal_and_the_app_writes_the_rest(catalogue):
-    """The first row is a large chunk and the client reads nothing: bytes wait in the app's transport, so the app
-    refuses (seen -1) instead of letting the worker write past them; the worker sends the text it held back as a
-    row, and the app writes everything in order."""
-    big = "x" * (16 << 20)  # more than the kernel's socket buffers on both ends hold
-
+def test_a_worker_that_holds_the_socket_and_writes_nothing_leaves_every_answer_to_the_app(catalogue):
+    """The worker took the socket but wrote nothing (it sends rows without a tail): an error before the first token
+    is still a plain JSON error with its status, and a first row that is the finish is written by the app, head
+    and all."""
     async def go():
         async with running_app(catalogue) as app:
             app.workers.take_sockets = True
-            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
-            worker, request = await app.workers.next_submit()
-            os.close(worker.sockets[request.id][0])
-            worker.emit(request.id, big, tokens=1)
-            response = await responding
-            await until(lambda: worker.answers)
-            worker.emit(request.id, " and the held text", tokens=2)  # the refused hold, sent back as a row
-            worker.emit(request.id, "!", tokens=1, finish=FinishReason.STOP)
-            return await response.read(), worker.answers, request.id
+            out = []
+            for emit in ({"error": EngineError("the engine ran out of KV cache blocks")},
+                         {"text": "Hi", "tokens": 1, "finish": FinishReason.LENGTH}):
+                responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
+                worker, request = await app.workers.next_submit()
+                os.close(worker.sockets.pop(request.id)[0])
+                worker.emit(request.id, **emit)
+                response = await responding
+                out.append((response.status, await response.read()))
+            return out
 
-    raw, answers, request_id = asyncio.run(go())
-    texts = [c["choices"][0]["delta"].get("content") for c in sse_events(raw)[1:-1]]
-    assert texts == [big, " and the held text", "!"] and answers == [(request_id, -1)]
+    (error_status, error), (status, raw) = asyncio.run(go())
+    assert error_status == 500 and json.loads(error)["error"]["code"] == "engine_error"
+    chunks = sse_events(raw)[:-1]
+    assert status == 200 and chunks[1]["choices"][0] == {"index": 0, "delta": {"content": "Hi"}, "logprobs": None,
+                                                         "finish_reason": "length"}
+
+
+def test_a_worker_gone_while_it_held_the_socket_is_answered_after_what_it_wrote(catalogue):
+    """Its process went away after the submit that gave it the socket, so no row says what it wrote: the kernel's
+    count of the bytes sent on the connection does. Having written (its head and a chunk), the stream ends with an
+    error event naming the crash; having written nothing, the answer is a plain JSON 503."""
+    async def go(writes: bool):
+        async with running_app(catalogue) as app:
+            app.workers.take_sockets = True
+            body = json.dumps(chat(app.model)).encode()
+            reader, writer = await asyncio.open_connection(app.client.host, app.client.port)
+            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Connection: close\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+            worker, request = await app.workers.next_submit()
+            fd, head, prefix, suffix = worker.sockets.pop(request.id)
+            if writes:
+                data = prefix + b'"Once"' + suffix
+                os.write(fd, head + b"%x\r\n%b\r\n" % (len(data), data))
+            os.close(fd)
+            worker.crash()
+            raw = await asyncio.wait_for(reader.read(), 10)  # to the connection's end
+            writer.close()
+            return raw
+
+    raw = asyncio.run(go(writes=True))
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"HTTP/1.1" not in body
+    data = b""
+    while body:  # the chunks, every one whole, to the last
+        size, _, body = body.partition(b"\r\n")
+        data, body = data + body[: int(size, 16)], body[int(size, 16) + 2 :]
+    events = sse_events(data)
+    assert events[1]["choices"][0]["delta"]["content"] == "Once" and events[-1] == "[DONE]"
+    assert events[-2]["error"]["code"] == "worker_crashed"
+    raw = asyncio.run(go(writes=False))
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503") and json.loads(body)["error"]["code"] == "worker_crashed"
 
 
 def test_only_a_one_choice_stream_of_plain_text_hands_its_socket_to_the_worker(catalogue):

@@ -34,8 +34,8 @@ class FakeWorker:
         self.sinks: dict[str, Sink] = {}  # requests in flight
         self.submitted: list[EngineRequest] = []
         self.cancelled: list[str] = []  # ids cancelled while in flight
-        self.sockets: dict[str, tuple[int, bytes, bytes]] = {}  # a copy of each client socket taken, its chunk bytes
-        self.answers: list[tuple[str, int]] = []  # the app's answers to attached streams' first rows (id, seen)
+        # A copy of each client socket taken, the response's head and its chunk's bytes around the text.
+        self.sockets: dict[str, tuple[int, bytes, bytes, bytes]] = {}
         self.stopped = False
         self.released = False  # kept as the spare when its model was unloaded
 
@@ -58,7 +58,8 @@ class FakeWorker:
         # No memory to measure here (rss 0): the ledger keeps its estimate.
         return WorkerReady(self.pid, rss_bytes=0, load=LoadReport("fake"))
 
-    def submit(self, request: EngineRequest, sink: Sink, attach: tuple[int, bytes, bytes] | None = None) -> bool:
+    def submit(self, request: EngineRequest, sink: Sink, attach: tuple[int, bytes, bytes, bytes] | None = None
+               ) -> bool:
         if not self.alive:
             raise WorkerCrashed(f"the worker for model '{self.model}' is gone")
         self.sinks[request.id] = sink
@@ -68,8 +69,8 @@ class FakeWorker:
             raise self._source.submit_error
         if attach is None or not self._source.take_sockets:
             return False  # no process to hand a socket to: the app writes every row
-        fd, prefix, suffix = attach
-        self.sockets[request.id] = (os.dup(fd), prefix, suffix)
+        fd, head, prefix, suffix = attach
+        self.sockets[request.id] = (os.dup(fd), head, prefix, suffix)
         return True
 
     def cancel(self, request_id: str) -> None:
@@ -77,8 +78,12 @@ class FakeWorker:
             self.cancelled.append(request_id)
             self._source.cancels.put_nowait(request_id)
 
-    def attach(self, request_id: str, seen: int) -> None:
-        self.answers.append((request_id, seen))
+    def end(self, request_id: str, error: InfernoError) -> None:
+        """As a worker does: stopped in its engine, its last delta is the failure."""
+        if request_id in self.sinks:
+            self.cancelled.append(request_id)
+            self._source.cancels.put_nowait(request_id)
+            self.emit(request_id, error=error)
 
     async def stats(self, timeout_s: float) -> BackendStats | None:
         """A made-up KV cache of 64 blocks of 16 tokens, none in use."""

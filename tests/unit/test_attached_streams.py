@@ -1,22 +1,25 @@
-"""A stream attached to its worker (ipc/messages.py's Submit with `attach`, and the server's answer, Attach): the
-worker writes plain text chunks to the client's socket itself and sends the server only the rest, in an order the
-server can write after it."""
+"""A stream attached to its worker (ipc/messages.py's Submit with `attach`, worker/direct.py): the worker writes the
+response's head with the first text and plain text chunks after it to the client's socket itself, and sends the
+server only the rest, in an order the server can write after it, saying whether it wrote anything."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import socket
+import time
 
 import orjson
 import pytest
 from tokenizers import Tokenizer
 
 from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
+from orchestrator.errors import ShuttingDown, to_wire
 from orchestrator.ipc.handoff import Handoff
-from orchestrator.ipc.messages import Attach, Submit, TextDelta, decode_from_worker
+from orchestrator.ipc.messages import Cancel, Submit, TextDelta, decode_from_worker
 from orchestrator.worker.main import Worker
 
+HEAD = 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nfirst\n\r\n'  # headers, then the first events
 PREFIX, SUFFIX = 'data: {"text":', "}\n\n"
 
 
@@ -68,13 +71,8 @@ def worker(tokenizer, handoff, client) -> Worker:
     worker = Worker(Frames(), Backend(), tokenizer, tokenizer.get_vocab_size(with_added_tokens=True),
                     handoff=handoff[1])
     assert handoff[0].give("r", client[1].fileno())
-    worker._handle(Submit(EngineRequest("r", (1,), 500), (PREFIX, SUFFIX)).to_wire())
+    worker._handle(Submit(EngineRequest("r", (1,), 500), (HEAD, PREFIX, SUFFIX)).to_wire())
     return worker
-
-
-def answer(worker: Worker, seen: int) -> None:
-    """The server's answer to the first row: it has written `seen` rows (-1: bytes wait for the client)."""
-    worker._handle(Attach("r", seen).to_wire())
 
 
 def open_fds() -> int:
@@ -86,8 +84,9 @@ def tokens(tokenizer, text: str) -> list[int]:
 
 
 def chunks(data: bytes) -> list[bytes]:
-    """The events of HTTP/1.1 chunks."""
-    out = []
+    """The events of HTTP/1.1 chunks, after the head (which must lead them)."""
+    assert data.startswith(HEAD.encode())
+    data, out = data[len(HEAD):], []
     while data:
         size, _, rest = data.partition(b"\r\n")
         length = int(size, 16)
@@ -107,76 +106,78 @@ def drained(sock: socket.socket) -> bytes:
             return received
 
 
-def test_an_attached_stream_writes_its_text_and_sends_only_the_finish_with_every_token_counted(
-        tokenizer, worker, client):
+def test_an_attached_stream_writes_its_head_with_the_first_text_and_sends_only_the_finish(tokenizer, worker, client):
+    """Every token counted, and the first token's time, go with the finish: the server saw nothing before it."""
     ours, _ = client
     held = open_fds()
     words = [" Paris", " is", " lovely", " in", " spring"]
-    worker.step([TokenDelta("r", tokens(tokenizer, words[0]))])  # the first row: the server writes it
-    answer(worker, seen=1)
-    assert worker._live["r"].direct.attached and open_fds() == held
-    for word in words[1:]:
+    before = time.monotonic()
+    for word in words:
         worker.step([TokenDelta("r", tokens(tokenizer, word))])
+    assert worker._channel.rows() == [] and open_fds() == held
     worker.step([TokenDelta("r", tokens(tokenizer, "."), FinishReason.LENGTH)])
-    assert [(row.text, row.num_tokens, row.finish) for row in worker._channel.rows()] == [
-        (" Paris", 1, None), (".", len(words), FinishReason.LENGTH)]  # the finish counts the 4 tokens written
-    assert chunks(ours.recv(65536)) == [f'{PREFIX}"{word}"{SUFFIX}'.encode() for word in words[1:]]
+    [finish] = worker._channel.rows()
+    assert (finish.text, finish.num_tokens, finish.finish, finish.tail) == (".", len(words) + 1, FinishReason.LENGTH, "")
+    assert before <= finish.first_token <= time.monotonic()
+    assert chunks(ours.recv(65536)) == [f'{PREFIX}"{word}"{SUFFIX}'.encode() for word in words]
     assert open_fds() == held - 1  # the worker let its copy of the socket go with the finish
 
 
-def test_the_text_after_the_first_row_is_held_until_the_server_answers_and_then_written_at_once(
-        tokenizer, worker, client):
-    """The server has not answered yet (it is writing the first row, or busy): the worker holds the text back
-    however many steps pass and sends nothing; the answer writes it as one chunk, and the next token its own."""
+def test_the_prompts_cached_tokens_with_the_first_text_are_told_with_the_finish(tokenizer, worker, client):
+    """An engine says how much of the prompt its prefix cache served with the first step: that text is written like
+    any other, and the count goes to the server with the finish (its usage reports it)."""
     ours, _ = client
-    held = open_fds()
-    worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
-    words = [f" w{i}" for i in range(40)]
-    for word in words:
-        worker.step([TokenDelta("r", tokens(tokenizer, word))])
-    assert [(row.text, row.num_tokens) for row in worker._channel.rows()] == [(" one", 1)]
-    assert not worker._live["r"].direct.attached and drained(ours) == b""
-    answer(worker, seen=1)
-    assert chunks(drained(ours)) == [f'{PREFIX}"{"".join(words)}"{SUFFIX}'.encode()]
-    worker.step([TokenDelta("r", tokens(tokenizer, " four"))])
+    worker.step([TokenDelta("r", tokens(tokenizer, " Hello"), cached_tokens=64)])
+    worker.step([TokenDelta("r", tokens(tokenizer, " there"))])
     worker.step([TokenDelta("r", [], FinishReason.STOP)])
-    counted = sum(len(tokens(tokenizer, word)) for word in [*words, " four"])
-    assert [(row.text, row.num_tokens) for row in worker._channel.rows()[1:]] == [("", counted)]
-    assert chunks(drained(ours)) == [f'{PREFIX}" four"{SUFFIX}'.encode()] and open_fds() == held - 1
+    [finish] = worker._channel.rows()
+    assert (finish.num_tokens, finish.cached_tokens, finish.tail) == (2, 64, "")
+    assert chunks(drained(ours)) == [f'{PREFIX}"{word}"{SUFFIX}'.encode() for word in (" Hello", " there")]
 
 
-def test_a_refused_answer_sends_the_held_text_back_and_the_server_writes_the_rest(tokenizer, worker, client):
-    """Bytes waited in the server's socket buffer after the first row: it refuses (seen -1), the held text and
-    its tokens come back in one row, the socket is let go, and every later row goes to the server."""
+def test_a_request_whose_first_row_is_its_finish_goes_back_as_it_came_with_nothing_written(tokenizer, worker, client):
+    """Nothing written: the row has no tail, so the server answers as if no socket had come (its own head)."""
     ours, _ = client
-    held = open_fds()
-    worker.step([TokenDelta("r", tokens(tokenizer, " zero"))])
-    worker.step([TokenDelta("r", tokens(tokenizer, " two"))])
-    worker.step([TokenDelta("r", tokens(tokenizer, " three"))])
-    answer(worker, seen=-1)
-    worker.step([TokenDelta("r", tokens(tokenizer, " last"))])
-    assert [(row.text, row.num_tokens) for row in worker._channel.rows()] == [
-        (" zero", 1), (" two three", 2), (" last", 1)]
-    assert worker._live["r"].direct is None and open_fds() == held - 1 and drained(ours) == b""
-
-
-def test_a_request_that_ends_before_the_answer_lets_the_socket_go_and_a_late_answer_is_ignored(
-        tokenizer, worker, client):
-    ours, _ = client
-    held = open_fds()
-    worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
-    worker.step([TokenDelta("r", tokens(tokenizer, " two"))])
-    worker.step([TokenDelta("r", tokens(tokenizer, " three"), FinishReason.LENGTH)])
-    answer(worker, seen=1)  # on its way when the request ended
-    assert [(row.text, row.num_tokens) for row in worker._channel.rows()] == [(" one", 1), (" two three", 2)]
-    assert open_fds() == held - 1 and drained(ours) == b""
-
-
-def test_a_request_whose_first_row_is_its_finish_lets_the_socket_go(tokenizer, worker):
     held = open_fds()
     worker.step([TokenDelta("r", tokens(tokenizer, " Hi"), FinishReason.STOP)])
-    assert [(row.text, row.finish) for row in worker._channel.rows()] == [(" Hi", FinishReason.STOP)]
-    assert open_fds() == held - 1 and "r" not in worker._live
+    [row] = worker._channel.rows()
+    assert (row.text, row.num_tokens, row.finish, row.tail, row.first_token) == (" Hi", 1, FinishReason.STOP, None,
+                                                                                None)
+    assert open_fds() == held - 1 and "r" not in worker._live and drained(ours) == b""
+
+
+def test_an_engine_that_stops_fails_a_stream_after_what_its_worker_wrote(tokenizer, worker, client):
+    """The engine dies mid-stream: the failure goes to the server with the tokens written and a tail, so the server
+    ends the stream with an error event after them instead of answering afresh."""
+    ours, _ = client
+    worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
+    worker.dead("its thread raised")
+    [row] = worker._channel.rows()
+    assert (row.finish, row.num_tokens, row.tail) == (FinishReason.ERROR, 1, "") and row.first_token is not None
+    assert chunks(drained(ours)) == [f'{PREFIX}" one"{SUFFIX}'.encode()]
+
+
+def test_a_request_the_server_ends_with_an_error_ends_after_what_its_worker_wrote(tokenizer, worker, client):
+    """The drain's deadline: the server cannot know what the worker wrote, so the worker sends the failure (with
+    the tokens it wrote and a tail) and lets the socket go; the engine's later words for it are dropped."""
+    ours, _ = client
+    held = open_fds()
+    worker.step([TokenDelta("r", tokens(tokenizer, " one"))])
+    error = to_wire(ShuttingDown("the drain deadline ended this request"))
+    worker._handle(Cancel("r", error).to_wire())
+    worker.step([TokenDelta("r", [], FinishReason.CANCELLED)])
+    [row] = worker._channel.rows()
+    assert (row.finish, row.error, row.num_tokens, row.tail) == (FinishReason.ERROR, error, 1, "")
+    assert "r" not in worker._live and open_fds() == held - 1
+    assert chunks(drained(ours)) == [f'{PREFIX}" one"{SUFFIX}'.encode()]
+
+
+def test_an_error_before_any_text_goes_back_as_it_came(tokenizer, worker, client):
+    ours, _ = client
+    worker.dead("its thread raised")
+    [row] = worker._channel.rows()
+    assert (row.finish, row.num_tokens, row.tail, row.first_token) == (FinishReason.ERROR, 0, None, None)
+    assert drained(ours) == b""
 
 
 def test_a_socket_handed_over_for_a_submit_that_never_came_is_closed_by_the_next(tokenizer, worker, handoff, client):
@@ -184,7 +185,7 @@ def test_a_socket_handed_over_for_a_submit_that_never_came_is_closed_by_the_next
     held = open_fds()
     assert handoff[0].give("other", theirs.fileno())  # its submit frame never arrives
     assert handoff[0].give("s", theirs.fileno())
-    worker._handle(Submit(EngineRequest("s", (1,), 500), (PREFIX, SUFFIX)).to_wire())
+    worker._handle(Submit(EngineRequest("s", (1,), 500), (HEAD, PREFIX, SUFFIX)).to_wire())
     assert worker._live["s"].direct is not None and open_fds() == held + 1  # "other"'s copy closed, "s"'s kept
     assert handoff[1].take("s") is None  # nothing else is waiting
 
@@ -192,7 +193,7 @@ def test_a_socket_handed_over_for_a_submit_that_never_came_is_closed_by_the_next
 def test_a_submit_the_worker_refuses_lets_its_socket_go(tokenizer, worker, handoff, client):
     held = open_fds()
     assert handoff[0].give("bad", client[1].fileno())
-    worker._handle(Submit(EngineRequest("bad", (10**9,), 500), (PREFIX, SUFFIX)).to_wire())  # a token out of range
+    worker._handle(Submit(EngineRequest("bad", (10**9,), 500), (HEAD, PREFIX, SUFFIX)).to_wire())  # out of range
     assert "bad" not in worker._live and worker._channel.rows()[-1].finish is FinishReason.ERROR
     assert open_fds() == held
 
@@ -202,17 +203,14 @@ def test_a_chunk_the_socket_does_not_take_whole_goes_back_as_the_rows_tail(token
     the server in one row, and every later row goes to the server too."""
     ours, theirs = client
     theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    worker.step([TokenDelta("r", tokens(tokenizer, " a"))])
-    answer(worker, seen=1)
     word = tokens(tokenizer, " " + "x" * 200)
     steps = 0
-    while not worker._channel.rows()[1:]:
+    while not worker._channel.rows():
         worker.step([TokenDelta("r", word)])
         steps += 1
         assert steps < 10_000
     worker.step([TokenDelta("r", tokens(tokenizer, " after"))])
-    rows = worker._channel.rows()
-    handed_back, after = rows[1], rows[2]
+    handed_back, after = worker._channel.rows()
     assert handed_back.text == "" and handed_back.tail and handed_back.num_tokens == steps * len(word)
     assert after.text == " after" and after.tail is None and worker._live["r"].direct is None
     received = drained(ours)
@@ -222,41 +220,40 @@ def test_a_chunk_the_socket_does_not_take_whole_goes_back_as_the_rows_tail(token
 
 def test_token_by_token_the_chunks_hold_whole_characters_and_together_the_whole_text(
         tokenizer, worker, handoff, client):
-    """One token per step, as engines deliver them: characters cut across tokens, a special token, characters
-    JSON must escape, and a lone lead byte that no token completes. Each chunk is whole characters (a cut one waits
-    for the token that completes it, a broken one is U+FFFD), the chunks together are the text of every token, and
-    the server gets only the finish, with every token counted."""
+    """One token per step, as engines deliver them: the first a character's first bytes (counted; the head waits
+    for text), characters cut across tokens, a special token, characters JSON must escape, and a lone lead byte
+    that no token completes. Each chunk is whole characters (a cut one waits for the token that completes it, a
+    broken one is U+FFFD), the chunks together are the text of every token, and the server gets only the finish,
+    with every token counted."""
     ours, _ = client
-    text = 'Café 🎉 "quoted" \\ back\nnaïve 日本語\t\x01 end 👩‍👩‍👧'
+    text = '🎉 Café "quoted" \\ back\nnaïve 日本語\t\x01 end 👩‍👩‍👧'
     ids = tokens(tokenizer, text)
+    assert tokenizer.decode(ids[:1]) != text[:1]  # the first token is not a whole character
     ids.insert(len(ids) // 2, tokenizer.token_to_id("<|im_end|>"))  # a special token: counted, no text
     ids += [tokenizer.token_to_id("ð"), *tokens(tokenizer, " after")]  # the byte 0xF0, then whole words
     worker.step([TokenDelta("r", ids[:1])])
-    answer(worker, seen=1)
+    assert drained(ours) == b""  # no text yet: the head waits
     for token in ids[1:]:
         worker.step([TokenDelta("r", [token])])
     worker.step([TokenDelta("r", [], FinishReason.STOP)])
-    assert [(row.num_tokens, row.finish) for row in worker._channel.rows()] == [
-        (1, None), (len(ids) - 1, FinishReason.STOP)]
-    bodies = [orjson.loads(chunk[len(PREFIX):-len(SUFFIX)]) for chunk in chunks(ours.recv(65536))]
-    assert worker._channel.rows()[0].text + "".join(bodies) == tokenizer.decode(ids) == text + "\ufffd after"
-    assert len(bodies) < len(ids) - 1 and all(body for body in bodies)
+    assert [(row.num_tokens, row.finish) for row in worker._channel.rows()] == [(len(ids), FinishReason.STOP)]
+    bodies = [orjson.loads(chunk[len(PREFIX):-len(SUFFIX)]) for chunk in chunks(drained(ours))]
+    assert "".join(bodies) == tokenizer.decode(ids) == text + "\ufffd after"
+    assert len(bodies) < len(ids) and all(body for body in bodies)
 
 
 def test_a_single_token_chunk_the_socket_does_not_take_whole_goes_back_as_the_rows_tail(
         tokenizer, worker, handoff, client):
     ours, theirs = client
     theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    worker.step([TokenDelta("r", tokens(tokenizer, " a"))])
-    answer(worker, seen=1)
     word = tokens(tokenizer, " hello")
     assert len(word) == 1
     steps = 0
-    while not worker._channel.rows()[1:]:
+    while not worker._channel.rows():
         worker.step([TokenDelta("r", word)])
         steps += 1
         assert steps < 100_000
-    handed_back = worker._channel.rows()[1]
+    handed_back = worker._channel.rows()[0]
     assert handed_back.tail and handed_back.num_tokens == steps and worker._live["r"].direct is None
     received = drained(ours)
     assert chunks(received + handed_back.tail.encode("latin-1")) == [f'{PREFIX}" hello"{SUFFIX}'.encode()] * steps

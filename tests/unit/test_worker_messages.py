@@ -16,12 +16,11 @@ from orchestrator.backends.options import HfOptions, LlamaCppOptions, SimOptions
 from orchestrator.config import load_config
 from orchestrator.engine.catalogue import discover
 from orchestrator.engine.request import FinishReason, TokenDelta
-from orchestrator.errors import ModelUnavailable, OutOfMemory
+from orchestrator.errors import ModelUnavailable, OutOfMemory, to_wire
 from orchestrator.ipc.channel import encode_frame, read_frame
 from orchestrator.ipc.messages import (
     FROM_WORKER,
     TO_WORKER,
-    Attach,
     BackendStats,
     Cancel,
     FrameKind,
@@ -108,11 +107,11 @@ def test_requests_cancels_stats_queries_and_shutdown_cross_unchanged(engine):
         top_logprobs=3, response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
     )
     assert request.guide is not None and request.sampling.logit_bias == ((42, -5.5),)
-    attached = Submit(request, ('data: {"text":', "}\n\n"))
-    for message in (Submit(request), attached, Cancel(request.id), Attach(request.id, 3), Attach(request.id, -1),
-                    StatsQuery(17), Shutdown(), Release()):
+    attached = Submit(request, ("HTTP/1.1 200 OK\r\n\r\n\xe9", 'data: {"text":', "}\n\n"))
+    ended = Cancel(request.id, to_wire(OutOfMemory("the KV cache is full")))
+    for message in (Submit(request), attached, Cancel(request.id), ended, StatsQuery(17), Shutdown(), Release()):
         assert decode_to_worker(crossed(message.to_wire())) == message
-    for attach in (["data: "], "data: ", ["data: ", 1]):
+    for attach in (["data: "], "data: ", ["h", "data: ", 1], ["h", "data: "]):
         with pytest.raises(MalformedFrame, match="attach") as refused:
             decode_to_worker(crossed(Submit(request).to_wire() | {"attach": attach}))
         assert refused.value.request_id == (request.id if isinstance(attach, list) else None)
@@ -147,12 +146,13 @@ def test_step_rows_cross_as_the_worker_made_them(engine, tokenizer):
             TokenDelta(with_logprobs.id, tokens[:2], FinishReason.LENGTH, logprobs=[-0.1, -0.7],
                        top_logprobs=[[(tokens[0], -0.1)], [(tokens[1], -0.7)]], cached_tokens=16)),
         TextDelta.failure("chatcmpl-x.2", OutOfMemory("the KV cache is full")).to_wire(),
-        TextDelta("chatcmpl-y.0", "", 7, tail="3\r\n\xe9\x00}\r\n").to_wire(),  # bytes as latin-1
+        TextDelta("chatcmpl-y.0", "", 7, tail="3\r\n\xe9\x00}\r\n", first_token=12.5).to_wire(),  # bytes as latin-1
     ]
     step = decode_from_worker(crossed(Step(rows).to_wire()))
     assert step == Step(rows)
     first, second, failed, handed_back = (TextDelta.from_wire(row) for row in step.rows)
     assert handed_back.tail.encode("latin-1") == b"3\r\n\xe9\x00}\r\n" and handed_back.num_tokens == 7
+    assert handed_back.first_token == 12.5
     assert (first.text, first.num_tokens, first.finish) == (tokenizer.decode(tokens[:3]), 3, None)
     assert len(rows[0]) == 5  # plain text: no extras element, the HTTP process's fast path
     assert (second.finish, second.cached_tokens, [lp[1] for lp in second.logprobs]) == (
@@ -175,9 +175,7 @@ GOOD_STATS = asdict(BackendStats(1, 0, 64, 60, 4, 16, 9))
     ({"kind": "stats", "seq": "7"}, "'seq' must be int (got '7')"),
     ({"kind": "stats", "seq": True}, "'seq' must be int (got True)"),
     ({"kind": "shutdown", "now": True}, "unknown field(s) now"),
-    ({"kind": "attach", "request_id": "r"}, "needs 'seen'"),
-    ({"kind": "attach", "request_id": "r", "seen": "1"}, "'seen' must be int (got '1')"),
-    ({"kind": "attach", "request_id": "r", "seen": 1, "prefix": "p"}, "unknown field(s) prefix"),
+    ({"kind": "attach", "request_id": "r", "seen": 1}, "no 'attach' frame goes to a worker"),
     ({"kind": "submit", "request": {"prompt_ids": [1, 2]}}, "needs a string 'id'"),
     ({"kind": "load", "engine_dir": "/e", "kv_cache_bytes": 2**26, "backend": "hf", "options": {"threads": 0}},
      "hf option threads: Input should be greater than or equal to 1"),
@@ -230,6 +228,7 @@ def test_a_frame_from_the_worker_that_is_not_its_message_is_refused(frame, why):
     (["r.0", "x", 1, None, None, {"colour": "red"}], "row's extras has unknown field(s) colour"),
     (["r.0", "x", 1, None, None, {"cached_tokens": "16"}], "'cached_tokens' must be int or null (got '16')"),
     (["r.0", "", 1, None, None, {"tail": 7}], "'tail' must be str or null (got 7)"),
+    (["r.0", "", 1, None, None, {"first_token": "now"}], "'first_token' must be float or null (got 'now')"),
     (["r.0", "x", 1, None, None, {}, {}], "a list of 5 or 6 items"),
 ])
 def test_a_step_row_that_is_not_a_text_delta_is_refused_where_it_is_read(row, why):
