@@ -56,8 +56,8 @@ def measure(tokenizer: Tokenizer, streams: int, steps: int, tick_s: float, vocab
         request = EngineRequest(id=f"cmpl-{index:032x}.0", prompt_ids=(1,), max_new_tokens=steps + 1,
                                 sampling=SamplingParams(temperature=1.0, top_p=1.0, top_k=0, seed=index))
         output = live[request.id] = SequenceOutput(request, tokenizer, texts, None, pieces)
-        output.direct = (DirectStream if send else _Unsent)(os.dup(server.fileno()), b"", b"data: " + PREFIX.encode(),
-                                                            SUFFIX.encode())
+        output.direct = (DirectStream if send else _Unsent)(
+            os.dup(server.fileno()), b"", b"data: " + PREFIX.encode(), SUFFIX.encode())  # no head: opened already
     sent = []
     worker = SimpleNamespace(_live=live, _stepping=threading.Lock(), _send=sent.extend,
                              _backend=SimpleNamespace(cancel=lambda request_id: None))

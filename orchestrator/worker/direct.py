@@ -5,11 +5,12 @@ events, which aiohttp then takes as sent) and the bytes around a chunk's text. T
 first text, in one `send`, and from then on frames a chunk per engine step and writes it with one non-blocking
 `send`: one process touches each token, and the server sees the request again only at its end (the prompt's cached
 tokens, which an engine tells with the first step, go with it). Anything else (a finish, an error, other extras)
-goes to the server as a row, which then writes it: the worker wrote everything before it, so order holds. Such a row says what the worker did: with nothing written (an error before the first
-token), it is the row as it came and the server answers as it would have (a plain JSON error with its status);
-once the head went, it carries a `tail`, the rest of a chunk the socket did not take whole ("" where all went),
-and the time of the first token. A write the socket does not take whole (the client reads slowly, or has gone)
-ends the attachment the same way: the server writes the tail, and its own backpressure and stall watch take over.
+goes to the server as a row, which then writes it: the worker wrote everything before it, so order holds. Such a
+row says what the worker did: with nothing written (an error before the first token), it is the row as it came
+and the server answers as it would have (a plain JSON error with its status); once the head went, it carries a
+`tail`, the rest of a chunk the socket did not take whole ("" where all went), and the time of the first token.
+A write the socket does not take whole (the client reads slowly, or has gone) ends the attachment the same way:
+the server writes the tail, and its own backpressure and stall watch take over.
 """
 
 from __future__ import annotations
