@@ -205,12 +205,6 @@ def test_a_stream_its_worker_writes_and_hands_back_mid_chunk_reaches_the_client_
     assert chunks[-1]["usage"]["completion_tokens"] == 4
 
 
-async def until(condition, timeout_s: float = 10) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not condition():
-            await asyncio.sleep(0.01)
-
-
 def test_a_worker_that_holds_the_socket_and_writes_nothing_leaves_every_answer_to_the_app(catalogue):
     """The worker took the socket but wrote nothing (it sends rows without a tail): an error before the first token
     is still a plain JSON error with its status, and a first row that is the finish is written by the app, head
