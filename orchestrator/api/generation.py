@@ -82,6 +82,7 @@ async def running(http: web.Request, prepared: Prepared, offer: Offer | None = N
         request.finish(RequestStatus.FINISHED_CANCELLED)
         raise
     finally:
+        request.fast_path = None  # a stream's own method: the request's graph is freed as soon as it ends
         state.request_metrics.observe(request, http_status)
 
 
@@ -233,8 +234,9 @@ class _EventStream:
         self.opened = False  # the head went, from here or from the worker
         self.sent_before: int | None = None  # the kernel's count of bytes sent on the connection, at the offer
         self.offsets = [0] * len(request.choices)  # characters streamed per choice, for text completions' logprobs
+        created = self.created  # the template's maker holds no reference to this stream: no cycle to collect
         self.templates = ChunkTemplates(
-            lambda index, text: fmt.chunk(request, self.created, index, text, include_usage=include_usage)
+            lambda index, text: fmt.chunk(request, created, index, text, include_usage=include_usage)
         )
         engine = request.choices[0].engine_request
         # Its worker may write it: one choice of plain text, in HTTP chunks, where the audit does not keep its text.

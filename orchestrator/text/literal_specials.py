@@ -56,19 +56,21 @@ class LiteralSpecials:
             spellings.append(match.group(0))
             return f"\ue000{nonce}:{len(spellings) - 1}\ue001"
 
-        def walk(value):
-            if isinstance(value, str):
-                return self._pattern.sub(swap, value)
-            if isinstance(value, dict):
-                return {key: walk(item) for key, item in value.items()}
-            if isinstance(value, list | tuple):
-                return [walk(item) for item in value]
-            return value
-
-        marked_messages, marked_tools = walk(messages), walk(tools)
+        marked_messages, marked_tools = self._walk(messages, swap), self._walk(tools, swap)
         if not spellings:
             return None
         return Marked(marked_messages, marked_tools, re.compile(f"\ue000{nonce}:(\\d+)\ue001"), spellings)
+
+    def _walk(self, value, swap):
+        """`value` with every string's special-token spellings replaced by `swap`'s markers. (A method, not a
+        function nested in `mark`: one that calls itself is a reference cycle, left to the cyclic collector.)"""
+        if isinstance(value, str):
+            return self._pattern.sub(swap, value)
+        if isinstance(value, dict):
+            return {key: self._walk(item, swap) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._walk(item, swap) for item in value]
+        return value
 
     def encode(self, text: str, marked: Marked, encode_text, add_special_tokens: bool) -> list[int]:
         """The ids of rendered `text`: its template pieces by `encode_text`, each marker as plain text."""

@@ -4,6 +4,8 @@ as before; the model setting `special_tokens_in_content` restores the old readin
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from orchestrator.api.wire import ChatCompletionRequest
@@ -58,3 +60,20 @@ def test_the_model_setting_restores_reading_special_token_text_as_tokens(engine)
     assert ids_of(trusting, FAKE_TURN) == engine.prompts.tokenizer.encode(rendered, add_special_tokens=False).ids
     assert specials(engine, ids_of(trusting, FAKE_TURN)).count("<|im_start|>") == \
         specials(engine, ids_of(engine, FAKE_TURN)).count("<|im_start|>") + 2
+
+
+def test_marking_leaves_no_reference_cycle(engine):
+    """Every chat request is marked: what that makes is freed by reference counting as it goes, never left to the
+    cyclic collector (whose passes stop the server's event loop)."""
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable is kept in gc.garbage
+    try:
+        marked = engine.prompts.literal_specials.mark([{"role": "user", "content": FAKE_TURN}], TOOLS)
+        plain = engine.prompts.literal_specials.mark([{"role": "user", "content": "Hi."}], None)
+        gc.collect()
+        left = [type(thing).__name__ for thing in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert marked is not None and marked.spellings and plain is None
+    assert left == []
