@@ -41,8 +41,9 @@ class _Unsent(DirectStream):
 
     __slots__ = ()
 
-    def write(self, body: bytes) -> bytes:
-        return b""
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._send = lambda data, flags: len(data)
 
 
 def measure(tokenizer: Tokenizer, streams: int, steps: int, tick_s: float, vocab: int, send: bool) -> dict:

@@ -37,7 +37,7 @@ class ByteLevelPieces:
         self._tokenizer = tokenizer
         self._special = frozenset(i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special)
         self._tables: dict[bool, dict[int, bytes]] = {True: {}, False: {}}
-        self._jsons: dict[int, bytes] = {}  # `json`'s answers so far
+        self.jsons: dict[int, bytes] = {}  # `json`'s answers so far (read directly on the worker's per-token path)
 
     @staticmethod
     def serves(tokenizer: Tokenizer) -> bool:
@@ -57,10 +57,10 @@ class ByteLevelPieces:
     def json(self, token_id: int) -> bytes:
         """The token's text as a JSON string where its bytes are whole characters on their own (special tokens
         skipped), so a stream with nothing held back can write it as it is; b"" where it is not."""
-        body = self._jsons.get(token_id)
+        body = self.jsons.get(token_id)
         if body is None:
             text = self.join([token_id], True).decode("utf-8", "replace")
-            body = self._jsons[token_id] = orjson.dumps(text) if text and "\ufffd" not in text else b""
+            body = self.jsons[token_id] = orjson.dumps(text) if text and "\ufffd" not in text else b""
         return body
 
     def _fill(self, table: dict[int, bytes], token_id: int, skip_special_tokens: bool) -> bytes:

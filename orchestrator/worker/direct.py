@@ -48,9 +48,8 @@ class DirectStream:
         if row[ROW_FINISH] is None and (len(row) == PLAIN_ROW_LEN or row[PLAIN_ROW_LEN].keys() == {"cached_tokens"}):
             if len(row) > PLAIN_ROW_LEN:  # the prompt's cached tokens (a first step's news): told with the end
                 self.cached_tokens = row[PLAIN_ROW_LEN]["cached_tokens"]
-            self._count(row[ROW_NUM_TOKENS])
             text = row[ROW_TEXT]
-            return self._rest(request_id, self.write(orjson.dumps(text))) if text else None
+            return self.pass_token(request_id, orjson.dumps(text) if text else b"", row[ROW_NUM_TOKENS])
         self.close()
         if not self.opened and not self.unreported and self.cached_tokens is None:
             return row  # nothing written nor counted here: the server takes it as if no socket had come
@@ -63,29 +62,15 @@ class DirectStream:
             delta.tail = ""
         return delta.to_wire()
 
-    def pass_token(self, request_id: str, body: bytes) -> list | None:
-        """`pass_on` for the usual token (SequenceOutput.json): its text, already a JSON string, is written with
-        no row made."""
-        self._count(1)
-        return self._rest(request_id, self.write(body))
-
-    def _count(self, tokens: int) -> None:
-        if tokens and self.first_token is None:
-            self.first_token = time.monotonic()
-        self.unreported += tokens
-
-    def _rest(self, request_id: str, tail: bytes) -> list | None:
-        """After a write (`write`'s answer, `tail`): None where the chunk went whole; else the row that hands the
-        stream back to the server with the bytes left."""
-        if not tail:
+    def pass_token(self, request_id: str, body: bytes, tokens: int = 1) -> list | None:
+        """`pass_on` for the usual token (SequenceOutput.json): its text, already a JSON string (b"": none), is
+        written with no row made. One call per token, the `send` in it: this is the worker's per-token path."""
+        if tokens:
+            if self.first_token is None:
+                self.first_token = time.monotonic()
+            self.unreported += tokens
+        if not body:
             return None
-        self.close()
-        return TextDelta(request_id, "", self.unreported, cached_tokens=self.cached_tokens,
-                         tail=tail.decode("latin-1"), first_token=self.first_token).to_wire()
-
-    def write(self, body: bytes) -> bytes:
-        """Write the chunk whose text is `body` (a JSON string), after the head if it has not gone yet; the bytes
-        the socket did not take (b"" when all went)."""
         framed = b"%x\r\n%b%b%b\r\n" % (self._around + len(body), self._prefix, body, self._suffix)
         if not self.opened:
             framed, self.opened = self._head + framed, True
@@ -93,7 +78,11 @@ class DirectStream:
             sent = self._send(framed, _FLAGS)
         except OSError:  # full (BlockingIOError) or gone: the server finds out which
             sent = 0
-        return framed[sent:]
+        if sent == len(framed):
+            return None
+        self.close()  # the socket did not take it whole: the stream goes back to the server with the bytes left
+        return TextDelta(request_id, "", self.unreported, cached_tokens=self.cached_tokens,
+                         tail=framed[sent:].decode("latin-1"), first_token=self.first_token).to_wire()
 
     def close(self) -> None:
         self._sock.close()

@@ -37,8 +37,8 @@ class SequenceOutput:
     `channels` (requests that parse tool calls or thinking), each step's text is split into content, reasoning and
     tool calls, and special tokens stay in the text the parsers read (a format's call marker may be one)."""
 
-    __slots__ = ("_channels", "_detokenizer", "_json_pieces", "_min_tokens", "_plain", "_stops", "_texts", "direct",
-                 "generated", "request_id", "stopped")
+    __slots__ = ("_channels", "_detokenizer", "_json_pieces", "_jsons", "_min_tokens", "_plain", "_stops", "_texts",
+                 "direct", "generated", "request_id", "stopped")
 
     def __init__(self, request: EngineRequest, tokenizer: Tokenizer, texts: TokenTexts,
                  channels: OutputChannels | None = None, pieces: ByteLevelPieces | None = None):
@@ -51,6 +51,7 @@ class SequenceOutput:
         self._min_tokens = request.min_tokens
         self._plain = not request.stop and channels is None and not request.logprobs  # text is all there is
         self._json_pieces = pieces if self._plain else None  # where a token's text may go out as it is (`json`)
+        self._jsons = pieces.jsons if pieces is not None else {}
         self.generated = 0
         self.stopped = False
         self.direct: DirectStream | None = None  # the client's socket, where it came with the submit
@@ -73,7 +74,7 @@ class SequenceOutput:
         if self._json_pieces is None or delta.finish is not None or delta.cached_tokens is not None or \
                 len(ids := delta.token_ids) != 1 or self._detokenizer.held:
             return None
-        if body := self._json_pieces.json(ids[0]):
+        if body := self._jsons.get(ids[0]) or self._json_pieces.json(ids[0]):  # the table's answer, else its fill
             self.generated += 1
             return body
         return None
