@@ -1,6 +1,6 @@
 """Client sockets handed from the HTTP process to a worker: each as a descriptor (SCM_RIGHTS) in a packet of its
 own, with the id of the request it streams, over a Unix packet socket (SOCK_SEQPACKET) beside the channel. The HTTP
-process hands the socket over first, then sends the `Attach` frame that names it, so the worker finds the socket
+process hands the socket over first, then sends the submit that names it, so the worker finds the socket
 waiting. `supervisor/process.py` makes the pair; the worker inherits its end (`--handoff-fd`)."""
 
 from __future__ import annotations
