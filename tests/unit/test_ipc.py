@@ -5,10 +5,19 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 
 import pytest
 
-from orchestrator.ipc.channel import HEADER, Channel, ChannelClosed, FrameTooLarge, encode_frame, read_frame
+from orchestrator.ipc.channel import (
+    GATHER_S,
+    HEADER,
+    Channel,
+    ChannelClosed,
+    FrameTooLarge,
+    encode_frame,
+    read_frame,
+)
 
 
 def reader_with(data: bytes, eof: bool = True) -> asyncio.StreamReader:
@@ -83,6 +92,44 @@ def test_channel_over_a_socket_pair():
         return first, second
 
     assert asyncio.run(go()) == ({"kind": "submit", "n": 1}, {"kind": "cancel", "n": 2})
+
+
+def test_the_servers_frames_of_one_turn_go_in_one_write_and_none_waits_past_the_gathering_time():
+    """A wave of submits wakes a worker once: what the HTTP process sends in one turn of its event loop is written
+    together at the turn's end; a turn that runs longer than GATHER_S writes what it gathered then; a close sends
+    what was gathered before it."""
+    async def go():
+        ours, theirs = socket.socketpair()
+        theirs.setblocking(False)
+        channel = await Channel.open(ours)
+        for n in range(3):
+            channel.send({"kind": "submit", "n": n})
+        before_the_turn_ended = _received(theirs)
+        await asyncio.sleep(0)  # the turn ends
+        one_write = theirs.recv(1 << 16)
+        channel.send({"kind": "cancel", "n": 3})
+        deadline = time.monotonic() + GATHER_S
+        while time.monotonic() < deadline:  # a long turn: the loop does not turn here
+            pass
+        channel.send({"kind": "cancel", "n": 4})
+        mid_turn = _received(theirs)
+        channel.send({"kind": "shutdown"})
+        channel.close()
+        await asyncio.sleep(0)
+        return before_the_turn_ended, one_write, mid_turn, _received(theirs)
+
+    before, one_write, mid_turn, at_close = asyncio.run(go())
+    assert before == b""
+    assert one_write == b"".join(encode_frame({"kind": "submit", "n": n}) for n in range(3))
+    assert mid_turn == encode_frame({"kind": "cancel", "n": 3}) + encode_frame({"kind": "cancel", "n": 4})
+    assert at_close == encode_frame({"kind": "shutdown"})
+
+
+def _received(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(1 << 16)
+    except BlockingIOError:
+        return b""
 
 
 def test_the_workers_channel_sends_whole_frames_in_order_from_many_threads():
