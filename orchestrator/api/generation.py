@@ -251,9 +251,10 @@ class _EventStream:
             return None
         self.writer, headers = await prepare_event_stream(self.http)
         self.head = headers + b"%x\r\n%b\r\n" % (len(first := self._first()), first)
-        fd = idle_fd(self.http.transport)
-        self.sent_before = bytes_sent(self.http.transport)
-        return None if fd is None else (fd, self.head, *self.templates.parts(0))
+        if (fd := idle_fd(self.http.transport)) is None:
+            return None  # bytes wait on the connection: this stream writes everything, the head first
+        self.sent_before = bytes_sent(self.http.transport)  # read before the socket goes, for `written`
+        return fd, self.head, *self.templates.parts(0)
 
     def _first(self) -> bytes:
         """The events before any output: each choice's role chunk."""
