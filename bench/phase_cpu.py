@@ -1,13 +1,14 @@
 """Where a request's CPU goes, phase by phase, in the HTTP process and its workers: thread CPU per request.
 
 `inferno bench` and `bench.cpu_split` say how much CPU each process spends per token; profilers say where, but
-cProfile inflates call-heavy code several times and py-spy samples too few short requests. This counts the main
-thread's own CPU time (`time.thread_time`) inside each of a fixed set of functions of the request's path (PHASES),
-for as long as a window is open, and prints it per request: what each phase really costs, inclusive of what it
-calls, with nothing sampled. An async function is timed only while it runs (each resumption), not while it waits.
+cProfile inflates call-heavy code several times and py-spy samples too few short requests. This counts the
+main thread's own CPU time (`time.thread_time`) inside each of a fixed set of functions of the request's path
+(PHASES), for as long as a window is open, and prints it per request: what each phase really costs, inclusive
+of what it calls, with nothing sampled. An async function is timed only while it runs (each resumption), not
+while it waits.
 
-Start the server with this module's hook on its path (its workers inherit it), put a steady load on it, then open a
-window in the middle of the load:
+Start the server with this module's hook on its path (its workers inherit it), put a steady load on it, then
+open a window in the middle of the load:
 
     INFERNO_PHASE_DIR=/tmp/phase PYTHONPATH=bench/phase_site inferno serve --engines-dir DIR &   # pid in PID
     inferno bench --url URL --concurrency 128 --requests 3072 --isl 128 --osl 128 &
@@ -15,8 +16,8 @@ window in the middle of the load:
 
 Each wrapped call costs two clock reads (~1 µs on a VM): phases are a little dearer than without the hook, the
 server a few percent slower. `requests` is the count of `RequestHandler._handle_request` (HTTP) and
-`Worker._submit` (worker) calls in the window; "rest of the thread" is the main thread's CPU outside every top-level
-phase (the event loop, reads, timers). Linux only.
+`Worker._submit` (worker) calls in the window; "rest of the thread" is the main thread's CPU outside every
+top-level phase (the event loop, reads, timers). Linux only.
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ class _Window:
 
     def stop(self, *_) -> None:
         self.open = False
-        thread, process, wall = (now - then for now, then in
-                                 zip((time.thread_time(), time.process_time(), time.monotonic()), self.started, strict=True))
+        now = (time.thread_time(), time.process_time(), time.monotonic())
+        thread, process, wall = (end - begin for end, begin in zip(now, self.started, strict=True))
         result = {"pid": os.getpid(), "main_thread_s": thread, "process_s": process, "wall_s": wall,
                   "phases": {name: [self.calls[name], self.seconds[name]] for name in self.calls}}
         folder = Path(os.environ.get("INFERNO_PHASE_DIR", "."))
@@ -140,11 +141,11 @@ def timed(function, name: str):
     main = threading.main_thread()
     if inspect.iscoroutinefunction(function):
         @functools.wraps(function)
-        def start(*args, **kwargs):
+        async def start(*args, **kwargs):  # a coroutine function still: aiohttp and create_task take it so
             if not WINDOW.open or threading.current_thread() is not main:
-                return function(*args, **kwargs)
+                return await function(*args, **kwargs)
             WINDOW.calls[name] += 1
-            return _Timed(function(*args, **kwargs), name)
+            return await _Timed(function(*args, **kwargs), name)
         return start
 
     @functools.wraps(function)
@@ -179,7 +180,7 @@ def install(role: str) -> None:
         wrapped = timed(function, path)
         setattr(holder, name, wrapped)
         for module in list(sys.modules.values()) if "." not in path else []:
-            if getattr(module, "__name__", "").startswith("orchestrator") and getattr(module, name, None) is function:
+            if module.__name__.startswith("orchestrator") and getattr(module, name, None) is function:
                 setattr(module, name, wrapped)
     signal.signal(START, WINDOW.start)
     signal.signal(STOP, WINDOW.stop)
@@ -189,12 +190,12 @@ def role_of(command_line: str) -> str | None:
     """The server's process (`inferno serve`, `python -m orchestrator serve`) or a worker; None: neither."""
     if "orchestrator.worker" in command_line:
         return "worker"
-    return "http" if " serve" in command_line and ("orchestrator" in command_line or "inferno" in command_line) \
-        else None
+    server = "orchestrator" in command_line or "inferno" in command_line
+    return "http" if server and " serve" in command_line else None
 
 
 def report(results: dict[str, list[dict]], osl: int | None) -> dict:
-    """Per role: requests in the window, the main thread's CPU per request, and each phase's µs per request."""
+    """Per role: requests in the window, the main thread's CPU per request, each phase's µs per request."""
     out = {}
     for role, files in results.items():
         calls: collections.Counter[str] = collections.Counter()
@@ -223,9 +224,9 @@ def report(results: dict[str, list[dict]], osl: int | None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.phase_cpu", description=__doc__.splitlines()[0])
-    parser.add_argument("--pid", type=int, required=True, help="the server's pid (its workers are found under it)")
+    parser.add_argument("--pid", type=int, required=True, help="the server's pid (its workers: its children)")
     parser.add_argument("--window-s", type=float, default=12.0)
-    parser.add_argument("--dir", type=Path, required=True, help="INFERNO_PHASE_DIR the server was started with")
+    parser.add_argument("--dir", type=Path, required=True, help="the server's INFERNO_PHASE_DIR")
     parser.add_argument("--osl", type=int, help="output tokens per request, for per-token figures")
     parser.add_argument("--out", type=Path, help="also write the report here as JSON")
     args = parser.parse_args(argv)
@@ -246,10 +247,11 @@ def main(argv: list[str] | None = None) -> int:
             results[role].append(json.loads(path.read_text()))
     out = report(results, args.osl)
     for role, summary in out.items():
-        per_token = f", {summary['main_thread_us_per_token']} µs per token" if "main_thread_us_per_token" in summary \
-            else ""
-        print(f"{role}: {summary['requests']} requests, main thread {summary['main_thread_us_per_request']} µs per "
-              f"request{per_token} (rest of the thread {summary['rest_of_thread_us_per_request']} µs)")
+        token = summary.get("main_thread_us_per_token")
+        per_token = f", {token} µs per token" if token is not None else ""
+        main_us, rest_us = summary["main_thread_us_per_request"], summary["rest_of_thread_us_per_request"]
+        print(f"{role}: {summary['requests']} requests, main thread {main_us} µs per request{per_token} "
+              f"(rest of the thread {rest_us} µs)")
         for path, phase in summary["phases"].items():
             print(f"  {phase['us_per_request']:8.1f} µs  {phase['calls_per_request']:6.2f} calls  {path}")
     if args.out:

@@ -1,5 +1,5 @@
-"""On PYTHONPATH for `python -m bench.phase_cpu` (bench/phase_cpu.py): in the server's process and its workers,
-the request path's phases are timed; any other Python process is left as it is."""
+"""On PYTHONPATH for `python -m bench.phase_cpu` (bench/phase_cpu.py): in the server's process and its
+workers, the request path's phases are timed; any other Python process is left as it is."""
 
 import sys
 from pathlib import Path
