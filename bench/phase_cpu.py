@@ -180,7 +180,8 @@ def install(role: str) -> None:
         wrapped = timed(function, path)
         setattr(holder, name, wrapped)
         for module in list(sys.modules.values()) if "." not in path else []:
-            if module.__name__.startswith("orchestrator") and getattr(module, name, None) is function:
+            taken = getattr(module, name, None) is function
+            if taken and getattr(module, "__name__", "").startswith("orchestrator"):
                 setattr(module, name, wrapped)
     signal.signal(START, WINDOW.start)
     signal.signal(STOP, WINDOW.stop)
