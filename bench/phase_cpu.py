@@ -98,8 +98,9 @@ class _Window:
         thread, process, wall = (end - begin for end, begin in zip(now, self.started, strict=True))
         result = {"pid": os.getpid(), "main_thread_s": thread, "process_s": process, "wall_s": wall,
                   "phases": {name: [self.calls[name], self.seconds[name]] for name in self.calls}}
-        folder = Path(os.environ.get("INFERNO_PHASE_DIR", "."))
-        (folder / f"phase-{os.getpid()}.json").write_text(json.dumps(result))
+        path = Path(os.environ.get("INFERNO_PHASE_DIR", ".")) / f"phase-{os.getpid()}.json"
+        path.with_suffix(".part").write_text(json.dumps(result))
+        path.with_suffix(".part").rename(path)  # whole when the reader sees it
 
 
 WINDOW = _Window()
@@ -179,9 +180,11 @@ def install(role: str) -> None:
         holder, name, function = resolve(module_name, path)
         wrapped = timed(function, path)
         setattr(holder, name, wrapped)
-        for module in list(sys.modules.values()) if "." not in path else []:
-            taken = getattr(module, name, None) is function
-            if taken and getattr(module, "__name__", "").startswith("orchestrator"):
+        if "." in path:
+            continue  # a method: every caller finds it on its class
+        for module in list(sys.modules.values()):  # a function: also where a module took it by name
+            ours = getattr(module, "__name__", "").startswith("orchestrator")
+            if ours and getattr(module, name, None) is function:
                 setattr(module, name, wrapped)
     signal.signal(START, WINDOW.start)
     signal.signal(STOP, WINDOW.stop)
@@ -240,12 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     time.sleep(args.window_s)
     for pid in roles:
         os.kill(pid, STOP)
-    time.sleep(1.0)
+    paths = {pid: args.dir / f"phase-{pid}.json" for pid in roles}
+    deadline = time.monotonic() + 10.0
+    while not all(path.exists() for path in paths.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # each process writes its counts at its next bytecode after the signal
     results: dict[str, list[dict]] = collections.defaultdict(list)
     for pid, role in roles.items():
-        path = args.dir / f"phase-{pid}.json"
-        if path.exists():
-            results[role].append(json.loads(path.read_text()))
+        if paths[pid].exists():
+            results[role].append(json.loads(paths[pid].read_text()))
     out = report(results, args.osl)
     for role, summary in out.items():
         token = summary.get("main_thread_us_per_token")
