@@ -6,7 +6,7 @@ never the key) and as plain totals for `GET /admin/usage`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 from prometheus_client import CollectorRegistry
 
@@ -21,9 +21,11 @@ class UsageTotals:
     completion_tokens: int = 0
     engine_seconds: float = 0.0  # from entering the engine to the end, summed over requests
 
-    def add(self, other: UsageTotals) -> None:
-        for field in fields(self):
-            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+    def add(self, other: UsageTotals) -> None:  # field by field: once per request, dataclasses.fields is slow
+        self.requests, self.errors = self.requests + other.requests, self.errors + other.errors
+        self.prompt_tokens, self.completion_tokens = (self.prompt_tokens + other.prompt_tokens,
+                                                      self.completion_tokens + other.completion_tokens)
+        self.engine_seconds += other.engine_seconds
 
 
 class UsageMeter:

@@ -7,7 +7,6 @@ prompt, in its `generation()`.
 from __future__ import annotations
 
 import secrets
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -208,7 +207,7 @@ def inference_request(
     if outside:
         raise InvalidRequest(f"stop_token_ids must be in [0, {vocab_size}) (got {outside[0]})", param="stop_token_ids")
     bias = _logit_bias(fields, vocab_size)
-    response_id = f"{id_prefix}-{uuid.uuid4().hex}"
+    response_id = f"{id_prefix}-{secrets.token_hex(16)}"
     prompt_ids = tuple(generation.prompt)
     choices = [
         Choice(

@@ -5,8 +5,8 @@ and what the limiter took. The outcome middleware (outcome.py) makes it first an
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
-import uuid
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -16,13 +16,9 @@ from orchestrator.access.limits import KeyLimiter
 from orchestrator.lifecycle import InferenceRequest
 
 
-def new_request_id() -> str:
-    return f"req_{uuid.uuid4().hex}"
-
-
 @dataclass
 class RequestRecord:
-    id: str = field(default_factory=new_request_id)
+    id: str = field(default_factory=lambda: f"req_{secrets.token_hex(16)}")
     arrived: float = field(default_factory=time.monotonic)
     body_bytes: int = 0  # the size of the JSON body read, which decides where its prompt is tokenised
     body_pieces: bool = False  # ...and whether its prompt may go piece by piece (api/body.py: off_loop)

@@ -9,7 +9,7 @@ A thinking block's `signature` is a digest of its text: this server checks no si
 from __future__ import annotations
 
 import hashlib
-import uuid
+import secrets
 
 import orjson
 
@@ -20,7 +20,7 @@ _STOP_REASONS = {FinishReason.TOOL_CALLS: "tool_use", FinishReason.LENGTH: "max_
 
 
 def new_message_id() -> str:
-    return f"msg_{uuid.uuid4().hex}"
+    return f"msg_{secrets.token_hex(16)}"
 
 
 def signature(thinking: str) -> str:

@@ -7,8 +7,8 @@ rendered the same way in a whole response, in a stream's events and in its final
 
 from __future__ import annotations
 
+import secrets
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -22,7 +22,7 @@ _ID_PREFIX = {"reasoning": "rs", "message": "msg", "function_call": "fc"}
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
+    return f"{prefix}_{secrets.token_hex(16)}"
 
 
 @dataclass
