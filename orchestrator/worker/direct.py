@@ -26,14 +26,16 @@ _FLAGS = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL  # the socket's blocking mode
 
 
 class DirectStream:
-    __slots__ = ("_around", "_head", "_prefix", "_send", "_sock", "_suffix", "cached_tokens", "ended", "first_token",
-                 "opened", "unreported")
+    __slots__ = ("_around", "_frame", "_head", "_send", "_sock", "cached_tokens", "ended", "first_token", "opened",
+                 "unreported")
 
     def __init__(self, fd: int, head: bytes, prefix: bytes, suffix: bytes):
-        self._sock = socket.socket(fileno=fd)
+        # Given, not asked of the kernel (three system calls per stream): `send` reads neither (an IPv6 socket too).
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0, fd)
         self._send = self._sock.send
-        self._head, self._prefix, self._suffix = head, prefix, suffix
-        self._around = len(prefix) + len(suffix)
+        self._head, self._around = head, len(prefix) + len(suffix)
+        # A chunk's framing around its text, one template (a % in the JSON doubled): one object to read per token.
+        self._frame = b"%%x\r\n%b%%b%b\r\n" % (prefix.replace(b"%", b"%%"), suffix.replace(b"%", b"%%"))
         self.unreported = 0  # tokens counted here that no row sent to the server has counted yet
         self.first_token: float | None = None  # when the first of them came (time.monotonic, as the server's)
         self.cached_tokens: int | None = None  # the prompt's tokens the engine's prefix cache served, where it said
@@ -71,7 +73,7 @@ class DirectStream:
             self.unreported += tokens
         if not body:
             return None
-        framed = b"%x\r\n%b%b%b\r\n" % (self._around + len(body), self._prefix, body, self._suffix)
+        framed = self._frame % (self._around + len(body), body)
         if not self.opened:
             framed, self.opened = self._head + framed, True
         try:

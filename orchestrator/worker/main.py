@@ -203,10 +203,10 @@ class Worker:
                         continue
                     if direct is not None:
                         row = direct.pass_on(output.request_id, row)
-                if direct is not None and direct.ended:
-                    output.direct = None
                 if row is None:
                     continue
+                if direct is not None and direct.ended:  # it ends only with a row to send
+                    output.direct = None
                 rows.append(row)
                 if row[ROW_FINISH] is not None:
                     del live[delta.request_id]
