@@ -17,6 +17,7 @@ from orchestrator.engine.request import EngineRequest, FinishReason, TokenDelta
 from orchestrator.errors import ShuttingDown, to_wire
 from orchestrator.ipc.handoff import Handoff
 from orchestrator.ipc.messages import Cancel, Submit, TextDelta, decode_from_worker
+from orchestrator.worker.direct import DirectStream
 from orchestrator.worker.main import Worker
 
 HEAD = 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nfirst\n\r\n'  # headers, then the first events
@@ -291,3 +292,15 @@ def test_a_burst_of_frames_lets_a_waiting_step_go_between_them(default_engine):
 
     asyncio.run(go())
     assert order == ["frame", "step", "frame", "frame"]
+
+
+def test_a_chunk_whose_json_holds_percent_signs_is_framed_byte_for_byte(client):
+    """The chunk's bytes around its text become one %-template: a % in them (a model's name, say) stays itself."""
+    ours, theirs = client
+    prefix, suffix = b'data: {"model":"100%-llama","text":', b',"note":"%s %d %%"}\n\n'
+    stream = DirectStream(os.dup(theirs.fileno()), b"HEAD", prefix, suffix)
+    for body in (b'"a"', b'"50%"', b'"%b"'):
+        assert stream.pass_token("r", body) is None
+    event = [prefix + body + suffix for body in (b'"a"', b'"50%"', b'"%b"')]
+    assert drained(ours) == b"HEAD" + b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in event)
+    stream.close()
