@@ -22,9 +22,10 @@ class UsageTotals:
     engine_seconds: float = 0.0  # from entering the engine to the end, summed over requests
 
     def add(self, other: UsageTotals) -> None:  # field by field: once per request, dataclasses.fields is slow
-        self.requests, self.errors = self.requests + other.requests, self.errors + other.errors
-        self.prompt_tokens, self.completion_tokens = (self.prompt_tokens + other.prompt_tokens,
-                                                      self.completion_tokens + other.completion_tokens)
+        self.requests += other.requests
+        self.errors += other.errors
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
         self.engine_seconds += other.engine_seconds
 
 
