@@ -59,6 +59,8 @@ PHASES = [
     ("http", "orchestrator.api.generation", "_EventStream.offer", False),
     ("http", "orchestrator.api.sse", "prepare_event_stream", False),
     ("http", "orchestrator.supervisor.client", "WorkerClient.submit", False),
+    ("http", "orchestrator.ipc.handoff", "Handoff.give", False),
+    ("http", "orchestrator.ipc.channel", "encode_frame", False),
     ("http", "orchestrator.api.generation", "_EventStream.open", False),
     ("http", "orchestrator.api.stall", "watch_stalls", False),
     ("http", "orchestrator.api.generation", "_EventStream.handle", False),
