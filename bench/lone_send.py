@@ -28,10 +28,10 @@ from orchestrator.bench.floor import CHUNK
 
 def _read_all(sock: socket.socket, spin: bool) -> int:
     """In the child: read until the sender closes; the bytes read."""
-    total = 0
+    total, selector = 0, selectors.DefaultSelector()
     sock.setblocking(not spin)
-    selector = selectors.DefaultSelector()
-    selector.register(sock, selectors.EVENT_READ)
+    if not spin:
+        selector.register(sock, selectors.EVENT_READ)
     while True:
         if not spin:
             selector.select()
