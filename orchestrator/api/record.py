@@ -16,9 +16,14 @@ from orchestrator.access.limits import KeyLimiter
 from orchestrator.lifecycle import InferenceRequest
 
 
+def new_id(prefix: str) -> str:
+    """An id of the server's own (a request's, a message's, an output item's): `prefix`, "_", 32 hex digits."""
+    return f"{prefix}_{secrets.token_hex(16)}"
+
+
 @dataclass
 class RequestRecord:
-    id: str = field(default_factory=lambda: f"req_{secrets.token_hex(16)}")
+    id: str = field(default_factory=lambda: new_id("req"))
     arrived: float = field(default_factory=time.monotonic)
     body_bytes: int = 0  # the size of the JSON body read, which decides where its prompt is tokenised
     body_pieces: bool = False  # ...and whether its prompt may go piece by piece (api/body.py: off_loop)

@@ -9,7 +9,6 @@ A thinking block's `signature` is a digest of its text: this server checks no si
 from __future__ import annotations
 
 import hashlib
-import secrets
 
 import orjson
 
@@ -17,10 +16,6 @@ from orchestrator.engine.request import FinishReason
 from orchestrator.lifecycle import Choice, InferenceRequest
 
 _STOP_REASONS = {FinishReason.TOOL_CALLS: "tool_use", FinishReason.LENGTH: "max_tokens"}
-
-
-def new_message_id() -> str:
-    return f"msg_{secrets.token_hex(16)}"
 
 
 def signature(thinking: str) -> str:

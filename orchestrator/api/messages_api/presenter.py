@@ -16,12 +16,12 @@ from orchestrator.api.messages_api.output import (
     input_json,
     matched_stop,
     message_body,
-    new_message_id,
     signature,
     stop_reason,
     usage,
 )
 from orchestrator.api.messages_api.wire import MessagesRequest
+from orchestrator.api.record import new_id
 from orchestrator.engine.request import FinishReason
 from orchestrator.errors import InfernoError, anthropic_error_body
 from orchestrator.ipc.messages import TextDelta
@@ -32,7 +32,7 @@ class MessagesPresenter:
     """One request's presenter (generation.EventPresenter)."""
 
     def __init__(self, wire: MessagesRequest):
-        self.id = new_message_id()
+        self.id = new_id("msg")
         self.stops = tuple(wire.stop_sequences or ())
         self._kinds: list[str] = []  # a stream's blocks' types, in order
         self._open: int | None = None  # the index of the open block

@@ -7,22 +7,18 @@ rendered the same way in a whole response, in a stream's events and in its final
 
 from __future__ import annotations
 
-import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator.api.completions_format import chat_logprobs
+from orchestrator.api.record import new_id
 from orchestrator.api.responses_api.wire import FunctionChoice, FunctionTool, ResponsesRequest
 from orchestrator.engine.request import FinishReason
 from orchestrator.lifecycle import Choice, InferenceRequest
 
 ItemKind = Literal["reasoning", "message", "function_call"]
 _ID_PREFIX = {"reasoning": "rs", "message": "msg", "function_call": "fc"}
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(16)}"
 
 
 @dataclass
