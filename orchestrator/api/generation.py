@@ -266,14 +266,14 @@ class _EventStream:
 
     async def open(self, written: bool, ending: bool = False) -> None:
         """Begin the stream at its first output; `written`: its worker wrote the head already; `ending`: the output
-        in hand ends it (an attached stream's usual first row here)."""
+        in hand is one row that ends it (an attached stream's usual first row here), a few hundred bytes at most."""
         if self.writer is None:
             self.writer = await _open_event_stream(self.http, self._first())
         else:  # prepared at the offer: the head went from the worker, or goes now
             if not written:
                 await self.writer.send_framed(self.head)
             self.http.writer.output_size += len(self.head)  # begun: an error from now on closes the connection
-            if not (ending and self.request.attached):  # its worker wrote all else: the end never waits for room
+            if not (ending and self.request.attached):  # its worker wrote the rest: this end never waits for room
                 watch_stalls(self.http, self.writer.handed_bytes)
         self.opened = True
         if not self.continuous_usage:  # usage on every chunk is rendered in full each time
@@ -359,6 +359,6 @@ async def _stream(stream: _EventStream) -> web.StreamResponse:
             first_error = None if written else next((d for d in deltas if d.error is not None), None)
             if first_error is not None:
                 raise request.record(first_error).error
-            await stream.open(written, ending=deltas[-1].finish is not None)
+            await stream.open(written, ending=len(deltas) == 1 and deltas[0].finish is not None)
         if await stream.handle(deltas):
             return stream.writer.response
