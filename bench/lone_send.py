@@ -18,23 +18,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import selectors
 import socket
 import sys
 import time
 
-from orchestrator.bench.floor import CHUNK
+from orchestrator.bench.floor import CHUNK, drain
 
 
 def _read_all(sock: socket.socket, spin: bool) -> int:
-    """In the child: read until the sender closes; the bytes read."""
-    total, selector = 0, selectors.DefaultSelector()
-    sock.setblocking(not spin)
+    """In the child: read until the sender closes (asleep in select() as the floor's reader is, or polling); the
+    bytes read."""
     if not spin:
-        selector.register(sock, selectors.EVENT_READ)
+        return drain([sock])
+    total = 0
+    sock.setblocking(False)
     while True:
-        if not spin:
-            selector.select()
         try:
             data = sock.recv(1 << 16)
         except BlockingIOError:

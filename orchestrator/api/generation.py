@@ -264,7 +264,7 @@ class _EventStream:
             for choice in self.request.choices
         )
 
-    async def open(self, written: bool, ending: bool = False) -> None:
+    async def open(self, written: bool, ending: bool) -> None:
         """Begin the stream at its first output; `written`: its worker wrote the head already; `ending`: the output
         in hand is one row that ends it (an attached stream's usual first row here), a few hundred bytes at most."""
         if self.writer is None:
