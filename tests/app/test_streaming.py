@@ -232,6 +232,53 @@ def test_a_worker_that_holds_the_socket_and_writes_nothing_leaves_every_answer_t
                                                          "finish_reason": "length"}
 
 
+def test_an_attached_stream_watches_for_stalls_unless_its_end_comes_back_alone(catalogue, monkeypatch):
+    """Its worker wrote everything before the end: an end that comes back alone (one row, a few hundred bytes into a
+    transport holding nothing) never waits for the client, so no stall watch starts. Rows that come with the end (a
+    chunk's tail handed back, more text) could pass the write buffer's high water, and aiohttp's `write_eof` would
+    then wait on the client: that stream is watched, as is one whose worker did not take the socket (its one row
+    may hold any amount of text)."""
+    from orchestrator.api import generation
+
+    watched: list[str] = []
+
+    def watch_stalls(http, handed):
+        watched.append(http.path)
+        return real(http, handed)
+
+    real = generation.watch_stalls
+    monkeypatch.setattr(generation, "watch_stalls", watch_stalls)
+
+    async def go(end_alone: bool, attach: bool = True):
+        async with running_app(catalogue) as app:
+            app.workers.take_sockets = attach
+            responding = asyncio.create_task(app.client.post("/v1/chat/completions", json=chat(app.model)))
+            worker, request = await app.workers.next_submit()
+            if not attach:  # the app writes every row: here one, the whole answer and its end
+                worker.emit(request.id, "Hello", tokens=1, finish=FinishReason.STOP)
+            else:
+                fd, head, prefix, suffix = worker.sockets.pop(request.id)
+                data = prefix + b'"Hello"' + suffix
+                os.write(fd, head + b"%x\r\n%b\r\n" % (len(data), data))
+                os.close(fd)
+                sink, first_token = worker.sinks[request.id], time.monotonic()
+                if end_alone:  # the worker wrote every token: its end says so with an empty tail
+                    del worker.sinks[request.id]
+                    sink(TextDelta(request.id, "", 1, FinishReason.STOP, tail="", first_token=first_token).to_wire())
+                else:  # handed back mid-stream, then more text and the end, all before the handler wakes
+                    sink(TextDelta(request.id, "", 1, tail="", first_token=first_token).to_wire())
+                    worker.emit(request.id, " world", tokens=1)
+                    worker.emit(request.id, "", tokens=0, finish=FinishReason.STOP)
+            response = await responding
+            return [c["choices"][0]["delta"].get("content") for c in sse_events(await response.read())[1:-1]]
+
+    assert asyncio.run(go(end_alone=True)) == ["Hello", None] and watched == []
+    assert asyncio.run(go(end_alone=False)) == ["Hello", " world", None]
+    assert watched == ["/v1/chat/completions"]
+    assert asyncio.run(go(end_alone=True, attach=False)) == ["Hello"]
+    assert watched == ["/v1/chat/completions"] * 2
+
+
 def test_a_worker_gone_while_it_held_the_socket_is_answered_after_what_it_wrote(catalogue):
     """Its process went away after the submit that gave it the socket, so no row says what it wrote: the kernel's
     count of the bytes sent on the connection does. Having written (its head and a chunk), the stream ends with an
