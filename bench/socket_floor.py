@@ -6,7 +6,7 @@ A streaming server writes at least once per output token per stream (an SSE even
 into one event. This measures that write alone, with nothing of a server around it: `--sockets` loopback TCP
 connections (TCP_NODELAY, as aiohttp sets), one SSE-sized chunk written to each in turn, `--rounds` times,
 `--tick-ms` apart (like one engine step each); a child process reads every connection. The sender's user and
-system CPU (os.times) divided by the writes is the cost of one `send`: a lower bound for any server's CPU per
+system CPU (getrusage) divided by the writes is the cost of one `send`: a lower bound for any server's CPU per
 streamed token on this machine, Python's or not. On loopback the sender's system time includes delivering the
 segment to the receiving socket. Writes JSON. The measurement is orchestrator/bench/floor.py's, which
 `inferno bench` also runs before each run.

@@ -48,9 +48,7 @@ def _show(row: dict) -> None:
     print(
         f"  {row['series']:<10} {load:<8} {row['output_tok_s'] or 0:>9.1f} tok/s  "
         f"ttft p50 {'-' if ttft is None else f'{ttft * 1000:.1f} ms'}  "
-        f"itl p50 {'-' if itl is None else f'{itl * 1000:.2f} ms'}  errors {row['errors']}{cpu}",
-        flush=True,
-    )
+        f"itl p50 {'-' if itl is None else f'{itl * 1000:.2f} ms'}  errors {row['errors']}{cpu}", flush=True)
 
 
 def _print_summary(report: dict, path: Path) -> None:
@@ -61,7 +59,8 @@ def _print_summary(report: dict, path: Path) -> None:
     floor = report.get("floor")
     if floor:
         print(f"floor: {floor['us_per_write']} us of CPU per SSE-sized loopback write ({floor['user_us_per_write']} user + "
-              f"{floor['system_us_per_write']} system, {floor['writes']} writes), measured before the run")
+              f"{floor['system_us_per_write']} system; {floor['writes']} writes in bursts of {floor['sockets']}), "
+              "measured before the run")
     for ratio in report["ratios"]:
         (key, value), = ratio["load"].items()
         print(f"{report['rows'][0]['series']} / {ratio['of']} at {key} {value}: throughput {ratio['output_tok_s']}x, "

@@ -4,9 +4,12 @@ A streaming server writes at least once per output token per stream (an SSE even
 into one event. `measure` times that write alone, with nothing of a server around it: `sockets` loopback TCP
 connections (TCP_NODELAY, as aiohttp sets), one SSE-sized chunk written to each in turn, `rounds` times,
 `tick_s` apart (like one engine step each); a child process reads every connection. The sender's user and
-system CPU (os.times) divided by the writes is the cost of one `send`: a lower bound for any server's CPU per
-streamed token on this machine, Python's or not. On loopback the sender's system time includes delivering the
-segment to the receiving socket.
+system CPU (getrusage, to the microsecond: clock ticks would round a short run's figure by several percent)
+divided by the writes is the cost of one `send`: a lower bound for any server's CPU per streamed token on this
+machine, Python's or not. On loopback the sender's system time includes delivering the segment to the
+receiving socket. A write costs less the more come together (the kernel's path stays warm), so a server is set
+against writes in the bursts its engines can make: `inferno bench` measures with as many sockets as one engine
+step writes to at its highest level (the concurrency, or the busiest model's share of it).
 
 `inferno bench` measures it in a process of its own (`python -m orchestrator.bench.floor`, which prints the
 result as one JSON line: `measure` forks, which a process running an event loop should not) before it starts
@@ -19,10 +22,12 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import selectors
 import socket
 import sys
 import time
+from asyncio.subprocess import PIPE
 
 CHUNK = (b'data: {"id":"chatcmpl-0123456789abcdef","object":"chat.completion.chunk","created":1764000000,'
          b'"model":"llama3.1-8b-instruct-sim","choices":[{"index":0,"delta":{"content":" word"},'
@@ -81,28 +86,25 @@ class LoopbackReader:
 
 def measure(sockets: int, rounds: int, tick_s: float) -> dict:
     reader = LoopbackReader(sockets)
-    before, started = os.times(), time.perf_counter()
+    before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     for _ in range(rounds):
         for server in reader.servers:
             server.send(CHUNK)
         time.sleep(tick_s)
-    after, wall = os.times(), time.perf_counter() - started
+    after, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - started
     bytes_read = reader.close()
     writes = sockets * rounds
-    user_us = (after.user - before.user) * 1e6 / writes
-    system_us = (after.system - before.system) * 1e6 / writes
-    return {"sockets": sockets, "rounds": rounds, "tick_ms": tick_s * 1e3, "writes": writes,
-            "chunk_bytes": len(CHUNK), "bytes_read": bytes_read, "wall_s": round(wall, 2),
-            "user_us_per_write": round(user_us, 2), "system_us_per_write": round(system_us, 2),
-            "us_per_write": round(user_us + system_us, 2)}
+    user_us = (after.ru_utime - before.ru_utime) * 1e6 / writes
+    system_us = (after.ru_stime - before.ru_stime) * 1e6 / writes
+    return {"sockets": sockets, "rounds": rounds, "tick_ms": tick_s * 1e3, "writes": writes, "chunk_bytes": len(CHUNK),
+            "bytes_read": bytes_read, "wall_s": round(wall, 2), "user_us_per_write": round(user_us, 2),
+            "system_us_per_write": round(system_us, 2), "us_per_write": round(user_us + system_us, 2)}
 
 
-async def measure_apart(rounds: int) -> dict:
-    """`measure` (SOCKETS sockets, TICK_S apart) run in a child process; RuntimeError if it fails."""
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "orchestrator.bench.floor", "--rounds", str(rounds),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
+async def measure_apart(rounds: int, sockets: int = SOCKETS) -> dict:
+    """`measure` (TICK_S apart) run in a child process; RuntimeError if it fails."""
+    command = (sys.executable, "-m", "orchestrator.bench.floor", "--rounds", str(rounds), "--sockets", str(sockets))
+    child = await asyncio.create_subprocess_exec(*command, stdout=PIPE, stderr=PIPE)
     out, err = await child.communicate()
     if child.returncode != 0:
         raise RuntimeError(f"the floor measurement failed: {err.decode(errors='replace')[-300:]}")

@@ -9,6 +9,7 @@ import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from orchestrator.bench.floor import SOCKETS
 from orchestrator.bench.stats import Slo
 from orchestrator.bench.workload import LengthDist, ModelMix
 
@@ -61,6 +62,12 @@ class BenchOptions:
                      "api_key": "(set)" if self.api_key else None,
                      "victim_key": "(set)" if self.victim_key else None}
         return {key: str(value) if isinstance(value, Path) else value for key, value in settings.items()}
+
+    def floor_sockets(self) -> int:
+        """The floor's burst: the streams one engine step writes to at the highest closed-loop level (the busiest
+        model's share of them); SOCKETS for a rate or a trace, whose streams in flight vary."""
+        weights = (self.models.weights or (1.0,) * len(self.models.names)) if self.models else (1.0,)
+        return max(1, round(max(self.concurrency) * max(weights) / sum(weights))) if self.concurrency else SOCKETS
 
 
 def _numbers(text: str | None, kind: type, flag: str) -> tuple:
@@ -128,7 +135,7 @@ def parser(prog: str = "inferno bench") -> argparse.ArgumentParser:
     measure.add_argument("--slo", default="", help="goodput bounds in seconds, e.g. ttft=0.5,itl=0.05")
     measure.add_argument("--exclude-threads", default="", help="thread names (globs) left out of the server CPU")
     measure.add_argument("--floor-rounds", type=int, default=1000,
-                         help="rounds of the kernel's floor measured before the run (128 writes 5 ms apart each: 5 s; 0: none)")
+                         help="rounds of the kernel's floor measured before the run, 5 ms apart (0: none)")
     output = p.add_argument_group("output")
     output.add_argument("--out", type=Path, default=Path("bench/results"))
     output.add_argument("--no-plot", dest="plot", action="store_false")

@@ -87,7 +87,7 @@ async def _floor(options: BenchOptions, notes: list[str]) -> dict | None:
     if not options.floor_rounds:
         return None
     try:
-        return await measure_apart(options.floor_rounds)
+        return await measure_apart(options.floor_rounds, options.floor_sockets())
     except RuntimeError as exc:
         notes.append(str(exc))
         return None

@@ -78,3 +78,19 @@ def test_trace_is_read_sorted_and_checked(tmp_path):
     trace.write_text('{"t": 0.5, "isl": 10}\n')
     with pytest.raises(ValueError, match=r"trace.jsonl:1"):
         read_trace(trace, "a")
+
+
+def test_the_floor_is_measured_in_the_bursts_one_engine_step_writes():
+    """As many sockets as streams one engine's step writes to at the highest closed-loop level: all of them for
+    one model, the busiest model's share for several; a rate or a trace keeps the default burst."""
+    from orchestrator.bench.floor import SOCKETS
+    from orchestrator.bench.options import parse_options
+
+    def sockets(*flags: str) -> int:
+        return parse_options(["--url", "http://x", "--requests", "256", *flags]).floor_sockets()
+
+    assert sockets("--concurrency", "1,4,128") == 128
+    assert sockets("--concurrency", "128", "--model", "a,b,c,d") == 32
+    assert sockets("--concurrency", "128", "--model", "a:3,b:1") == 96
+    assert sockets("--concurrency", "2", "--model", "a,b,c,d") == 1  # never fewer than one
+    assert sockets("--rate", "50") == SOCKETS
