@@ -101,7 +101,7 @@ def measure(sockets: int, rounds: int, tick_s: float) -> dict:
             "system_us_per_write": round(system_us, 2), "us_per_write": round(user_us + system_us, 2)}
 
 
-async def measure_apart(rounds: int, sockets: int = SOCKETS) -> dict:
+async def measure_apart(rounds: int, sockets: int) -> dict:
     """`measure` (TICK_S apart) run in a child process; RuntimeError if it fails."""
     command = (sys.executable, "-m", "orchestrator.bench.floor", "--rounds", str(rounds), "--sockets", str(sockets))
     child = await asyncio.create_subprocess_exec(*command, stdout=PIPE, stderr=PIPE)

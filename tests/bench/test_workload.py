@@ -1,4 +1,4 @@
-"""Seeded schedules, length distributions, model mixes and traces."""
+"""Seeded schedules, length distributions, model mixes and traces; the floor's burst they make."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import statistics
 
 import pytest
 
+from orchestrator.bench.floor import SOCKETS
+from orchestrator.bench.options import parse_options
 from orchestrator.bench.workload import LengthDist, ModelMix, plan_requests, poisson_arrivals, read_trace
 
 
@@ -83,9 +85,6 @@ def test_trace_is_read_sorted_and_checked(tmp_path):
 def test_the_floor_is_measured_in_the_bursts_one_engine_step_writes():
     """As many sockets as streams one engine's step writes to at the highest closed-loop level: all of them for
     one model, the busiest model's share for several; a rate or a trace keeps the default burst."""
-    from orchestrator.bench.floor import SOCKETS
-    from orchestrator.bench.options import parse_options
-
     def sockets(*flags: str) -> int:
         return parse_options(["--url", "http://x", "--requests", "256", *flags]).floor_sockets()
 
