@@ -5,7 +5,7 @@
 The same set-up as `python -m bench.socket_floor` (loopback TCP connections, a child process reading them all, one
 round per `--tick-ms`), but each round is one engine step of one new token per stream, handed to the worker's own
 `Worker.step`: the row (`SequenceOutput.row`, detokenising with the model's tokenizer) and the attached stream's
-write (`DirectStream.pass_on`). Its user and system CPU (os.times) per token, set beside the floor's per write,
+write (`DirectStream.pass_on`). Its user and system CPU (getrusage) per token, set beside the floor's per write,
 says how much of the worker's per-token cost is Python around the `send`. `--no-send` replaces the write with
 nothing, leaving the Python before it. The tokens are drawn from the first `--vocab` ids of the vocabulary, their
 byte-level pieces filled in first (a serving worker's table is warm).
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import sys
 import threading
 import time
@@ -64,18 +65,18 @@ def measure(tokenizer: Tokenizer, streams: int, steps: int, tick_s: float, vocab
                              _backend=SimpleNamespace(cancel=lambda request_id: None))
     rng = random.Random(0)
     rounds = [[TokenDelta(request_id, [rng.choice(ids)]) for request_id in live] for _ in range(steps)]
-    before = os.times()
+    before = resource.getrusage(resource.RUSAGE_SELF)  # to the microsecond, as the floor's
     for deltas in rounds:
         started = time.perf_counter()
         Worker.step(worker, deltas)
         time.sleep(max(0.0, tick_s - (time.perf_counter() - started)))
-    after = os.times()
+    after = resource.getrusage(resource.RUSAGE_SELF)
     for output in live.values():
         if output.direct is not None:
             output.direct.close()
     bytes_read = reader.close()
     tokens = streams * steps
-    user, system = (after.user - before.user) / tokens * 1e6, (after.system - before.system) / tokens * 1e6
+    user, system = (after.ru_utime - before.ru_utime) / tokens * 1e6, (after.ru_stime - before.ru_stime) / tokens * 1e6
     return {"streams": streams, "steps": steps, "tokens": tokens, "send": send, "rows_sent_to_server": len(sent),
             "bytes_read": bytes_read,
             "user_us_per_token": round(user, 2), "system_us_per_token": round(system, 2),
